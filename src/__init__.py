@@ -1,0 +1,1 @@
+"""tempgen: a reproducible harness for the generalization of temporal extraction."""

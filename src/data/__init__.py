@@ -1,0 +1,1 @@
+"""Corpus readers, sentence segmentation and dataset builders."""

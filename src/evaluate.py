@@ -1,0 +1,133 @@
+"""Score one system's output on one dataset and log it with the project's MLflow conventions.
+
+Prompted runs (``src.run``) and fine-tuned models (``src.finetune.evaluate``) both end
+here, so their metrics, artifacts and bootstrap samples have the same names and shapes
+and the analysis treats every configuration alike.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+from src.data.schema import Record
+from src.metrics import ScoreResult, score_pairs
+from src.stats import bootstrap_f1, percentile_interval, resample_counts
+
+
+@dataclass
+class InstanceOutput:
+    """What a system produced for one instance, before scoring."""
+
+    predictions: list[Any]
+    raw: str | None = None
+    parse_ok: bool = True
+    parse_error: str | None = None
+    reasoning_steps: list[str] | None = None
+    request_error: str | None = None
+
+
+@dataclass
+class DatasetEvaluation:
+    """Scores, bootstrap samples and per-instance rows of one (task, dataset)."""
+
+    task: str
+    dataset: str
+    score: ScoreResult
+    bootstrap_f1: np.ndarray
+    ci95: tuple[float, float]
+    parse_failure_rate: float
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    resamples: int = 0
+    seed: int = 0
+
+    def metrics(self) -> dict[str, float]:
+        """Flat MLflow metrics named ``{task}.{dataset}.{metric}``."""
+        prefix = f"{self.task}.{self.dataset}"
+        summary = self.score.summary()
+        out = {
+            f"{prefix}.f1": summary["lcs"]["f1"],
+            f"{prefix}.precision": summary["lcs"]["precision"],
+            f"{prefix}.recall": summary["lcs"]["recall"],
+            f"{prefix}.strict_f1": summary["strict"]["f1"],
+            f"{prefix}.relaxed_f1": summary["relaxed"]["f1"],
+            f"{prefix}.f1_ci_low": self.ci95[0],
+            f"{prefix}.f1_ci_high": self.ci95[1],
+            f"{prefix}.parse_failure_rate": self.parse_failure_rate,
+            f"{prefix}.n": float(summary["n"]),
+            f"{prefix}.not_in_text": float(summary["predictions_not_in_text"]),
+        }
+        for name, value in summary["errors"].items():
+            out[f"{prefix}.errors.{name}"] = float(value)
+        for label, result in self.score.per_label.items():
+            p, r, f = result.prf("lcs")
+            out.update({f"{prefix}.{label}.f1": f, f"{prefix}.{label}.precision": p, f"{prefix}.{label}.recall": r})
+        return out
+
+    def bootstrap_artifact(self) -> dict[str, Any]:
+        """Per-instance sufficient statistics and the bootstrap F1 samples (for the analysis)."""
+        return {
+            "task": self.task,
+            "dataset": self.dataset,
+            "ids": self.score.ids,
+            "columns": ["matched", "n_pred", "n_gold"],
+            "stats": {metric: values.tolist() for metric, values in self.score.stats.items()},
+            "errors": {name: values.tolist() for name, values in self.score.errors.items()},
+            "per_label_stats": {
+                label: result.stats["lcs"].tolist() for label, result in self.score.per_label.items()
+            },
+            "resamples": self.resamples,
+            "seed": self.seed,
+            "bootstrap_f1": self.bootstrap_f1.round(6).tolist(),
+            "ci95": list(self.ci95),
+        }
+
+
+def evaluate_dataset(
+    task: str,
+    dataset: str,
+    records: Sequence[Record],
+    outputs: Sequence[InstanceOutput],
+    resamples: int,
+    seed: int,
+    lowercase: bool = False,
+) -> DatasetEvaluation:
+    """Score ``outputs`` (aligned with ``records``) and bootstrap the LCS micro-F1."""
+    if len(records) != len(outputs):
+        raise ValueError(f"{task}/{dataset}: {len(records)} records but {len(outputs)} outputs")
+    if not records:
+        raise ValueError(f"{task}/{dataset}: no instances to score")
+    score = score_pairs([(r, o.predictions) for r, o in zip(records, outputs)], lowercase=lowercase)
+    samples = bootstrap_f1(score.stats["lcs"], resample_counts(len(records), resamples, seed))
+    low, high = percentile_interval(samples)
+    failures = sum(1 for o in outputs if not o.parse_ok)
+    rows = [
+        {
+            "id": record.id,
+            "gold": [s.to_dict() for s in record.spans],
+            "predictions": output.predictions,
+            "raw_output": output.raw,
+            "parse_ok": output.parse_ok,
+            "parse_error": output.parse_error,
+            "reasoning_steps": output.reasoning_steps,
+            "request_error": output.request_error,
+        }
+        for record, output in zip(records, outputs)
+    ]
+    return DatasetEvaluation(
+        task, dataset, score, samples, (float(low), float(high)), failures / len(records), rows, resamples, seed
+    )
+
+
+def log_evaluation(evaluation: DatasetEvaluation, secrets: tuple[str, ...] = ()) -> None:
+    """Log metrics and the ``predictions/`` and ``bootstrap/`` artifacts to the active MLflow run."""
+    import mlflow
+
+    from src.tracking import log_json_artifact, log_jsonl_artifact
+
+    mlflow.log_metrics(evaluation.metrics())
+    where = f"{evaluation.task}/{evaluation.dataset}"
+    log_jsonl_artifact(evaluation.rows, f"predictions/{where}.jsonl", secrets)
+    log_json_artifact(evaluation.bootstrap_artifact(), f"bootstrap/{where}.json", secrets)

@@ -1,0 +1,39 @@
+"""Read ``params.yaml`` once and expose it to Hydra as the ``${params:key.path}`` resolver.
+
+The pipeline's paths and seed are defined in ``params.yaml`` only (DVC reads them there);
+Hydra configs refer to them instead of repeating them.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+PARAMS_FILE = Path(__file__).resolve().parent.parent / "params.yaml"
+
+
+@lru_cache(maxsize=None)
+def load_params(path: str = str(PARAMS_FILE)) -> dict[str, Any]:
+    """The parsed parameter file (cached: it is read once per process)."""
+    return yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+
+
+def lookup(dotted: str, path: str = str(PARAMS_FILE)) -> Any:
+    """The value at ``a.b.c`` in the parameter file; a missing key is a KeyError naming it."""
+    node: Any = load_params(path)
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            raise KeyError(f"{dotted!r} is not defined in {path}")
+        node = node[part]
+    return node
+
+
+def register_resolver() -> None:
+    """Make ``${params:...}`` available in Hydra/OmegaConf configs (idempotent)."""
+    from omegaconf import OmegaConf
+
+    if not OmegaConf.has_resolver("params"):
+        OmegaConf.register_new_resolver("params", lambda key: lookup(key))
