@@ -24,12 +24,14 @@ from src.data.schema import Record, read_records
 from src.data.splits import subset_by_id
 from src.evaluate import DatasetEvaluation, InstanceOutput, evaluate_dataset, log_evaluation
 from src.params import register_resolver
+from src.prompts import Strategy, build_messages, select_exemplars, strategy_from_config
 from src.tracking import data_version, environment_secrets, git_commit, log_json_artifact, redact, start_experiment
 
 log = logging.getLogger("src.run")
 register_resolver()
 
 TRAIN_SPLIT = "train"
+DOCUMENT_DATASETS = frozenset({"len"})  # whole documents: larger generation budget
 
 
 @dataclass
@@ -75,27 +77,33 @@ def build_backend(cfg: DictConfig):
     return CachedBackend(backend, ResponseCache(cfg.paths.cache))
 
 
-def select_exemplars_for(cfg: DictConfig, task: str) -> list[Record]:
+def select_exemplars_for(cfg: DictConfig, strategy: Strategy, task: str) -> list[Record]:
     """The inductive exemplars of a task, drawn from its train split with the run's seed."""
-    if not cfg.strategy.inductive:
+    if not strategy.inductive:
         return []
-    from src.prompts.exemplars import select_exemplars
-
     train = read_records(Path(cfg.paths.prepared) / task / f"{TRAIN_SPLIT}.jsonl")
-    return select_exemplars(train, int(cfg.strategy.k), int(cfg.seed), task)
+    return select_exemplars(train, strategy.k, int(cfg.seed), task)
 
 
-def run_dataset(cfg: DictConfig, backend, task: str, dataset: str, path: Path, exemplars: list[Record]) -> DatasetOutcome:
+def generation_budget(cfg: DictConfig, strategy: Strategy, dataset: str) -> int:
+    """Max new tokens: the explicit override, else the strategy's budget (larger for documents)."""
+    if cfg.generation.max_tokens is not None:
+        return int(cfg.generation.max_tokens)
+    return strategy.max_tokens_document if dataset in DOCUMENT_DATASETS else strategy.max_tokens
+
+
+def run_dataset(
+    cfg: DictConfig, backend, strategy: Strategy, task: str, dataset: str, path: Path, exemplars: list[Record]
+) -> DatasetOutcome:
     """Generate, parse and score one dataset."""
     from src.models.base import ChatRequest
     from src.models.parsing import parse_answer
-    from src.prompts.strategies import build_messages
 
     records = subset_by_id(read_records(path), cfg.limit, int(cfg.seed))
-    max_tokens = cfg.generation.max_tokens if cfg.generation.max_tokens is not None else cfg.strategy.max_tokens
+    max_tokens = generation_budget(cfg, strategy, dataset)
     requests = [
         ChatRequest(
-            messages=build_messages(cfg.strategy, task, record.text, exemplars),
+            messages=build_messages(strategy, task, record.text, exemplars),
             max_tokens=int(max_tokens),
             temperature=float(cfg.generation.temperature),
             seed=int(cfg.generation.seed),
@@ -115,10 +123,9 @@ def run_dataset(cfg: DictConfig, backend, task: str, dataset: str, path: Path, e
     failed = [r.request.request_id for r in results if r.text is None]
     if failed:
         return DatasetOutcome(task, dataset, None, failed, usage)
-    abductive = bool(cfg.strategy.abductive)
     outputs = []
     for result in results:
-        parsed = parse_answer(result.text, task, abductive)
+        parsed = parse_answer(result.text, task, strategy.abductive)
         outputs.append(
             InstanceOutput(parsed.predictions, result.text, parsed.ok, parsed.error, parsed.reasoning_steps)
         )
@@ -129,9 +136,9 @@ def run_dataset(cfg: DictConfig, backend, task: str, dataset: str, path: Path, e
     return DatasetOutcome(task, dataset, evaluation, [], usage)
 
 
-def run_params(cfg: DictConfig, files: list[Path]) -> dict[str, Any]:
+def run_params(cfg: DictConfig, strategy: Strategy, files: list[Path]) -> dict[str, Any]:
     """The MLflow params that make a run traceable to its configuration and data."""
-    model, strategy = cfg.model, cfg.strategy
+    model = cfg.model
     return {
         "model": model.name,
         "model_id": model.model_id,
@@ -142,7 +149,8 @@ def run_params(cfg: DictConfig, files: list[Path]) -> dict[str, Any]:
         "params_active_b": model.params_active_b,
         "strategy": strategy.name,
         "k": strategy.k if strategy.inductive else 0,
-        "inductive_plus": bool(strategy.inductive_plus),
+        "inductive_plus": strategy.inductive_plus,
+        "size_series": model.get("size_series"),
         "dimension": cfg.dimension.name,
         "limit": cfg.limit,
         "seed": cfg.seed,
@@ -173,6 +181,7 @@ def run(cfg: DictConfig) -> int:
     import mlflow
 
     plan = planned_datasets(cfg)
+    strategy = strategy_from_config(cfg.strategy)
     secrets = environment_secrets()
     backend = build_backend(cfg)  # fails here, before any run is opened, e.g. on a missing API key
     start_experiment(cfg.mlflow.experiment, cfg.mlflow.tracking_uri)
@@ -182,14 +191,14 @@ def run(cfg: DictConfig) -> int:
         status = "FAILED"
         try:
             mlflow.set_tags({"model": cfg.model.name, "strategy": cfg.strategy.name, "kind": "prompted"})
-            mlflow.log_params(run_params(cfg, [path for _, _, path in plan]))
+            mlflow.log_params(run_params(cfg, strategy, [path for _, _, path in plan]))
             resolved = redact(OmegaConf.to_container(cfg, resolve=True), secrets)
             log_json_artifact(resolved, "config/resolved.json", secrets)
             exemplar_cache: dict[str, list[Record]] = {}
             for task, dataset, path in plan:
                 if task not in exemplar_cache:
-                    exemplar_cache[task] = select_exemplars_for(cfg, task)
-                outcome = run_dataset(cfg, backend, task, dataset, path, exemplar_cache[task])
+                    exemplar_cache[task] = select_exemplars_for(cfg, strategy, task)
+                outcome = run_dataset(cfg, backend, strategy, task, dataset, path, exemplar_cache[task])
                 outcomes.append(outcome)
                 prefix = f"{task}.{dataset}.usage"
                 mlflow.log_metrics({f"{prefix}.{k}": v for k, v in outcome.usage.items()})

@@ -52,9 +52,12 @@ def sentence_records(doc: Document, ranges: Sequence[tuple[int, int]]) -> list[R
     return [r for r in records if r.text]
 
 
-def segmented_records(docs: Sequence[Document], nlp) -> list[list[Record]]:
-    """Sentence records of documents without sentence annotation (one spaCy pass over all)."""
-    ranges, merges = segment_documents(docs, nlp)
+def segmented_records(docs: Sequence[Document], nlp, newline_ends_sentence: bool = False) -> list[list[Record]]:
+    """Sentence records of documents without sentence annotation (one spaCy pass over all).
+
+    ``newline_ends_sentence`` suits clinical notes written one sentence per line (i2b2).
+    """
+    ranges, merges = segment_documents(docs, nlp, newline_ends_sentence=newline_ends_sentence)
     if merges:
         log.info("segmentation: merged %d sentence boundaries that cut a gold span", merges)
     return [sentence_records(doc, doc_ranges) for doc, doc_ranges in zip(docs, ranges)]
@@ -106,7 +109,8 @@ def build_datasets(cfg: dict[str, Any], seed: int) -> dict[tuple[str, str], list
 
     i2b2: list[Record] = []
     if data.get("i2b2_dir") is not None:
-        i2b2 = [r for records in segmented_records(read_i2b2_dir(data["i2b2_dir"]), nlp) for r in records]
+        i2b2_docs = read_i2b2_dir(data["i2b2_dir"])
+        i2b2 = [r for records in segmented_records(i2b2_docs, nlp, newline_ends_sentence=True) for r in records]
 
     out: dict[tuple[str, str], list[Record]] = {}
     for task in TASKS:

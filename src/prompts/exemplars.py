@@ -1,0 +1,163 @@
+"""Seeded selection of few-shot exemplars and their gold answers in the prompt's format.
+
+Selection rule (``select_exemplars``), chosen so that the exemplars are diverse, small
+and reproducible:
+
+1. **Pool**: the records passed in (the base train split of the task; for ``comp`` the
+   ``comp/train`` split), keeping only those with at least one span of the task's
+   label(s) (for ``comp``: at least one TIMEX *and* one EVENT) and with a non-empty text.
+   The pool is sorted by record id, so the input order does not matter.
+2. **Short first**: only records whose word count (``src.text.words``) is at most the
+   pool's median word count are kept, so that prompts stay small for small-context
+   models. If that leaves fewer than ``k`` records, the whole pool is used.
+3. **Stratify by number of spans**: records are grouped by their number of target spans,
+   capped at ``SPAN_COUNT_CAP`` (1, 2, 3, "4 or more"). Each stratum is shuffled with a
+   ``random.Random(seed)`` generator.
+4. **Round robin**: exemplars are drawn one per stratum in ascending span-count order,
+   round after round, preferring within a round records from documents not used yet
+   (so exemplars come from different documents where possible) and never repeating a
+   text. The resulting order is fixed for a seed, and ``k`` takes its first ``k``
+   records: the exemplars for k=3 are a prefix of those for k=5 and k=8, which keeps
+   the k selection on the validation split a like-for-like comparison.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import statistics
+from collections.abc import Sequence
+
+from src.data.schema import Record, Span
+from src.text import words
+
+from . import templates
+
+SPAN_COUNT_CAP = 4
+
+
+def check_task(task: str) -> None:
+    """Raise ValueError for a task name outside ``templates.TASKS``."""
+    if task not in templates.TASKS:
+        raise ValueError(f"unknown task {task!r} (expected one of {', '.join(templates.TASKS)})")
+
+
+def target_spans(record: Record, task: str) -> list[Span]:
+    """The record's spans that the task extracts, in text order."""
+    labels = templates.TASK_LABELS[task]
+    return sorted((s for s in record.spans if s.label in labels), key=lambda s: (s.start, s.end))
+
+
+def _is_usable(record: Record, task: str) -> bool:
+    if not record.text.strip():
+        return False
+    present = {s.label for s in target_spans(record, task)}
+    return all(label in present for label in templates.TASK_LABELS[task])
+
+
+def exemplar_order(train_records: Sequence[Record], seed: int, task: str) -> list[Record]:
+    """All selectable records in the seeded, stratified order that ``select_exemplars`` cuts."""
+    check_task(task)
+    pool = sorted((r for r in train_records if _is_usable(r, task)), key=lambda r: r.id)
+    if not pool:
+        return []
+    lengths = {r.id: len(words(r.text)) for r in pool}
+    median = statistics.median(lengths.values())
+    short = [r for r in pool if lengths[r.id] <= median]
+
+    rng = random.Random(seed)
+    ordered = _round_robin(short, task, rng)
+    if len(ordered) < len(pool):
+        rest = [r for r in pool if lengths[r.id] > median]
+        ordered += _round_robin(rest, task, rng)
+    return ordered
+
+
+def _round_robin(records: list[Record], task: str, rng: random.Random) -> list[Record]:
+    strata: dict[int, list[Record]] = {}
+    for record in records:
+        count = min(len(target_spans(record, task)), SPAN_COUNT_CAP)
+        strata.setdefault(count, []).append(record)
+    for count in sorted(strata):
+        rng.shuffle(strata[count])
+
+    ordered: list[Record] = []
+    used_docs: set[str] = set()
+    used_texts: set[str] = set()
+    while any(strata.values()):
+        for count in sorted(strata):
+            bucket = strata[count]
+            bucket[:] = [r for r in bucket if r.text not in used_texts]
+            if not bucket:
+                continue
+            index = next((i for i, r in enumerate(bucket) if r.doc_id not in used_docs), 0)
+            record = bucket.pop(index)
+            ordered.append(record)
+            used_docs.add(record.doc_id)
+            used_texts.add(record.text)
+    return ordered
+
+
+def select_exemplars(train_records: Sequence[Record], k: int, seed: int, task: str) -> list[Record]:
+    """Pick ``k`` diverse, short exemplars from the train records (rule in the module doc).
+
+    Args:
+        train_records: the task's train split (``comp/train`` for ``comp``); only these
+            records can ever be returned.
+        k: how many exemplars; 0 returns an empty list.
+        seed: the selection seed; the same records and seed always give the same exemplars.
+        task: ``timex``, ``eventx`` or ``comp``.
+
+    Raises:
+        ValueError: for a bad ``k`` or task, or when fewer than ``k`` records are usable.
+    """
+    if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+        raise ValueError(f"k must be a non-negative integer, got {k!r}")
+    if k == 0:
+        check_task(task)
+        return []
+    ordered = exemplar_order(train_records, seed, task)
+    if len(ordered) < k:
+        raise ValueError(
+            f"only {len(ordered)} usable {task} train records (with distinct texts and "
+            f"spans of {'/'.join(templates.TASK_LABELS[task])}) for k={k}"
+        )
+    return ordered[:k]
+
+
+def _unique_texts(spans: list[Span]) -> list[str]:
+    """Span strings in text order, each once (the parser dedupes answers the same way)."""
+    seen: list[str] = []
+    for span in spans:
+        if span.text not in seen:
+            seen.append(span.text)
+    return seen
+
+
+def _reasoning_steps(strings: list[str], task: str) -> list[str]:
+    steps = templates.ABDUCTIVE_EXAMPLE_STEPS
+    if not strings:
+        return [steps["no_candidates"].format(targets=templates.TARGET_NOUN[task])]
+    candidates = ", ".join(json.dumps(s, ensure_ascii=False) for s in strings)
+    return [
+        steps["candidates"].format(candidates=candidates),
+        steps["check"][task],
+        steps["select_one"] if len(strings) == 1 else steps["select_many"].format(count=len(strings)),
+    ]
+
+
+def gold_answer(record: Record, task: str, abductive: bool) -> str:
+    """The record's gold spans written in the answer format the prompt asks for."""
+    check_task(task)
+    spans = target_spans(record, task)
+    if task == "comp":
+        answer: object = {
+            "timex": _unique_texts([s for s in spans if s.label == "TIMEX"]),
+            "eventx": _unique_texts([s for s in spans if s.label == "EVENT"]),
+        }
+        if abductive:
+            answer = {"reasoning_steps": _reasoning_steps(_unique_texts(spans), task), **answer}
+    else:
+        strings = _unique_texts(spans)
+        answer = {"reasoning_steps": _reasoning_steps(strings, task), "spans": strings} if abductive else strings
+    return json.dumps(answer, ensure_ascii=False)

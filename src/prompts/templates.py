@@ -1,0 +1,159 @@
+"""The prompt texts: system role, task definitions, reasoning types and answer formats.
+
+The study's prompts share one structure (system role; task definition; reasoning-type
+definition; output format; exemplars when inductive; the input), and the combined
+strategies are built by concatenating the parts. The texts are kept short on purpose:
+the embedded default model is a 135M model with an 8k context, and whole documents
+(the ``len`` set) can take ~1,100 tokens on their own.
+"""
+
+from __future__ import annotations
+
+TASKS = ("timex", "eventx", "comp")
+
+#: Which gold span labels each task extracts.
+TASK_LABELS: dict[str, tuple[str, ...]] = {
+    "timex": ("TIMEX",),
+    "eventx": ("EVENT",),
+    "comp": ("TIMEX", "EVENT"),
+}
+
+#: How a task's targets are named inside the prompt text.
+TARGET_NOUN = {
+    "timex": "time expressions",
+    "eventx": "event triggers",
+    "comp": "time expressions and event triggers",
+}
+
+SYSTEM_ROLE = (
+    "You are an expert annotator of temporal information in English text. "
+    "You follow the TimeML guidelines, copy spans exactly as they are written, "
+    "and reply with JSON only."
+)
+
+_TIMEX_DEFINITION = (
+    "A time expression (TimeML TIMEX3) names a date (\"June 5, 1998\", \"yesterday\"), "
+    "a time of day (\"4 p.m.\", \"this morning\"), a duration (\"six months\", "
+    "\"the past two years\") or a set of times, i.e. a frequency (\"every week\", "
+    "\"twice a year\"). Relative references such as \"last week\", \"now\" or "
+    "\"two days ago\" count too. The creation date in a document header does not."
+)
+
+_EVENT_DEFINITION = (
+    "An event trigger (TimeML EVENT) is the word that expresses something that happens, "
+    "occurs or holds: an action or occurrence (\"fell\", \"merger\"), a state "
+    "(\"unemployed\", \"owns\"), or a reporting or perception event (\"said\", "
+    "\"reported\", \"saw\"). It is usually a single word: a verb, a nominalisation, "
+    "an adjective or another predicative word."
+)
+
+TASK_DEFINITIONS = {
+    "timex": "Task: extract every time expression in the text.\n" + _TIMEX_DEFINITION,
+    "eventx": "Task: extract every event trigger in the text.\n" + _EVENT_DEFINITION,
+    "comp": (
+        "Task: extract every time expression and every event trigger in the text, "
+        "jointly, keeping the two kinds apart.\n" + _TIMEX_DEFINITION + "\n" + _EVENT_DEFINITION
+    ),
+}
+
+_TIMEX_RULES = (
+    "A valid time expression span:\n"
+    "- refers to a date, a time of day, a duration, a frequency or a relative time;\n"
+    "- is one continuous piece of the text, copied character for character;\n"
+    "- includes its determiners, numbers and modifiers (\"the last three months\", "
+    "\"early next year\", \"about 20 years\");\n"
+    "- keeps parts that name one time together (\"Friday morning\", \"Oct. 3, 1998\");\n"
+    "- leaves out a preposition or conjunction in front of it (\"in\", \"since\", \"until\");\n"
+    "- is not a bare number without a time meaning, and not part of a name."
+)
+
+_EVENT_RULES = (
+    "A valid event trigger span:\n"
+    "- is the head word only, copied character for character: no auxiliaries, modals, "
+    "negation, articles or arguments (\"has been sold\" -> \"sold\", "
+    "\"the sale of assets\" -> \"sale\");\n"
+    "- for a copula with a predicate, is the predicate (\"was unclear\" -> \"unclear\");\n"
+    "- is marked for every mention, also when the event is negated, planned, "
+    "hypothetical or reported;\n"
+    "- is never a time expression or a name of a person, place or organisation."
+)
+
+#: Deductive reasoning: an explicit definition of a valid span, applied without examples.
+DEDUCTIVE = {
+    "timex": "Deductive reasoning: apply this definition strictly to decide what to extract.\n"
+    + _TIMEX_RULES,
+    "eventx": "Deductive reasoning: apply this definition strictly to decide what to extract.\n"
+    + _EVENT_RULES,
+    "comp": "Deductive reasoning: apply these definitions strictly to decide what to extract.\n"
+    + _TIMEX_RULES
+    + "\n"
+    + _EVENT_RULES,
+}
+
+#: Abductive reasoning: candidates, reasoning about them, the best non-overlapping choice.
+ABDUCTIVE = (
+    "Abductive reasoning: first list the candidate spans, i.e. every word or phrase that "
+    "could be one of the {targets}. Then judge each candidate in its context: is it "
+    "really a target, and are its boundaries complete? Finally select the explanation "
+    "that fits the text best: the most complete spans, with no two spans overlapping "
+    "(of two overlapping candidates keep the one that covers the whole target). "
+    "Write these steps briefly in \"reasoning_steps\"."
+)
+
+#: Inductive reasoning: generalise span forms and boundaries from annotated examples.
+INDUCTIVE = (
+    "Inductive reasoning: learn from the annotated examples below which words and phrases count as "
+    "{targets} and where their boundaries lie, then annotate the text in the same way."
+)
+
+_COPY_RULE = "copied exactly from the text, in order of appearance"
+
+#: Answer formats, keyed by (task, abductive); these are the formats the parser reads.
+OUTPUT_FORMATS = {
+    ("timex", False): (
+        "Output: a JSON array of the time expressions, " + _COPY_RULE + ", "
+        "e.g. [\"last week\", \"Friday\"]. If there are none, output []."
+    ),
+    ("eventx", False): (
+        "Output: a JSON array of the event triggers, " + _COPY_RULE + ", "
+        "e.g. [\"said\", \"meeting\"]. If there are none, output []."
+    ),
+    ("comp", False): (
+        "Output: one JSON object {\"timex\": [...], \"eventx\": [...]} with the time "
+        "expressions under \"timex\" and the event triggers under \"eventx\", each list "
+        + _COPY_RULE
+        + ". Use [] for an empty list."
+    ),
+    ("timex", True): (
+        "Output: one JSON object {\"reasoning_steps\": [...], \"spans\": [...]}: a few short "
+        "reasoning steps, then the selected time expressions, " + _COPY_RULE + ". "
+        "If there are none, \"spans\" is []."
+    ),
+    ("eventx", True): (
+        "Output: one JSON object {\"reasoning_steps\": [...], \"spans\": [...]}: a few short "
+        "reasoning steps, then the selected event triggers, " + _COPY_RULE + ". "
+        "If there are none, \"spans\" is []."
+    ),
+    ("comp", True): (
+        "Output: one JSON object {\"reasoning_steps\": [...], \"timex\": [...], "
+        "\"eventx\": [...]}: a few short reasoning steps, then the selected time expressions "
+        "and event triggers, each list " + _COPY_RULE + ". Use [] for an empty list."
+    ),
+}
+
+EXAMPLES_HEADER = "Annotated examples:"
+EXAMPLE_BLOCK = "Example {number}\nText: {text}\nOutput: {answer}"
+INPUT_HEADER = "Now annotate this text.\nText: "
+
+#: Reasoning steps shown in abductive exemplars (rendered from gold spans).
+ABDUCTIVE_EXAMPLE_STEPS = {
+    "candidates": "Candidates: {candidates}.",
+    "no_candidates": "No word or phrase here is one of the {targets}.",
+    "check": {
+        "timex": "Each candidate refers to a time and is kept whole with its modifiers.",
+        "eventx": "Each candidate is the head word of something that happens or holds.",
+        "comp": "Each candidate is a whole time expression or the head word of an event.",
+    },
+    "select_one": "One candidate, nothing overlaps: keep it.",
+    "select_many": "No two candidates overlap: keep all {count}.",
+}

@@ -1,0 +1,186 @@
+"""Every strategy x task prompt: structure, exemplars iff inductive, format, determinism."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from src.prompts import (
+    STRATEGY_NAMES,
+    TASKS,
+    Strategy,
+    build_messages,
+    components_of,
+    get_strategy,
+    gold_answer,
+    select_exemplars,
+    strategy_from_config,
+    target_spans,
+)
+from src.prompts import templates
+
+from . import build_train_records, make_record
+
+
+@pytest.fixture
+def train_records():
+    return build_train_records()
+
+INPUT = "The talks resumed on Tuesday, two weeks after the strike began."
+ALL_CASES = [(name, task) for name in STRATEGY_NAMES for task in TASKS]
+
+
+def _messages(name, task, train_records, k=3, seed=0):
+    strategy = get_strategy(name, k=k if "I" in name.split("+") else None)
+    exemplars = select_exemplars(train_records, strategy.k, seed, task)
+    return strategy, exemplars, build_messages(strategy, task, INPUT, exemplars)
+
+
+@pytest.mark.parametrize("name,task", ALL_CASES)
+def test_prompt_structure_and_input_last(name, task, train_records):
+    strategy, exemplars, messages = _messages(name, task, train_records)
+    assert [role for role, _ in messages] == ["system", "user"]
+    system, user = messages[0][1], messages[1][1]
+    assert system == templates.SYSTEM_ROLE
+    assert user.endswith("Text: " + INPUT)
+    assert user.count(INPUT) == 1
+    # the parts come in the study's order: task, reasoning, format, exemplars, input
+    order = [user.index(templates.TASK_DEFINITIONS[task])]
+    if strategy.deductive:
+        order.append(user.index(templates.DEDUCTIVE[task]))
+    if strategy.abductive:
+        order.append(user.index("Abductive reasoning:"))
+    if strategy.inductive:
+        order.append(user.index("Inductive reasoning:"))
+    order.append(user.index(templates.OUTPUT_FORMATS[(task, strategy.abductive)]))
+    if strategy.inductive:
+        order.append(user.index(templates.EXAMPLES_HEADER))
+    order.append(user.index(INPUT))
+    assert order == sorted(order)
+
+
+@pytest.mark.parametrize("name,task", ALL_CASES)
+def test_exemplars_present_iff_inductive(name, task, train_records):
+    strategy, exemplars, messages = _messages(name, task, train_records, k=3)
+    user = messages[1][1]
+    shown = re.findall(r"^Example (\d+)$", user, flags=re.MULTILINE)
+    if strategy.inductive:
+        assert shown == ["1", "2", "3"]
+        for record in exemplars:
+            assert f"Text: {record.text}\nOutput: " in user
+    else:
+        assert shown == [] and templates.EXAMPLES_HEADER not in user
+        assert "Inductive reasoning:" not in user
+
+
+@pytest.mark.parametrize("name,task", ALL_CASES)
+def test_asks_for_the_answer_format_and_exemplars_follow_it(name, task, train_records):
+    strategy, exemplars, messages = _messages(name, task, train_records, k=3)
+    user = messages[1][1]
+    abductive = strategy.abductive
+    assert templates.OUTPUT_FORMATS[(task, abductive)] in user
+    assert ('"reasoning_steps"' in user) is abductive
+    if task == "comp":
+        assert '"timex"' in user and '"eventx"' in user
+    else:
+        assert ("JSON array" in user) is not abductive
+    answers = [json.loads(line[len("Output: "):]) for line in user.splitlines() if line.startswith("Output: {") or line.startswith("Output: [")]
+    assert len(answers) == len(exemplars)
+    for record, answer in zip(exemplars, answers):
+        timex = [s.text for s in target_spans(record, "timex")]
+        events = [s.text for s in target_spans(record, "eventx")]
+        if task == "comp":
+            expected_keys = {"timex", "eventx"} | ({"reasoning_steps"} if abductive else set())
+            assert set(answer) == expected_keys
+            assert answer["timex"] == list(dict.fromkeys(timex))
+            assert answer["eventx"] == list(dict.fromkeys(events))
+        else:
+            strings = timex if task == "timex" else events
+            spans = answer["spans"] if abductive else answer
+            assert spans == list(dict.fromkeys(strings))
+            if abductive:
+                assert set(answer) == {"reasoning_steps", "spans"}
+        if abductive:
+            steps = answer["reasoning_steps"]
+            assert 1 <= len(steps) <= 3 and all(isinstance(step, str) and step for step in steps)
+
+
+@pytest.mark.parametrize("name,task", ALL_CASES)
+def test_messages_are_deterministic_and_hashable(name, task, train_records):
+    first = _messages(name, task, train_records)[2]
+    second = _messages(name, task, list(reversed(train_records)))[2]
+    assert first == second
+    hash(first)
+
+
+def test_definitions_differ_by_reasoning_type(train_records):
+    user = {name: _messages(name, "eventx", train_records)[2][1][1] for name in STRATEGY_NAMES}
+    assert "head word" in user["D"] and "head word" not in user["I"] and "head word" not in user["A"]
+    assert "candidate" in user["A"] and "candidate" not in user["D"]
+    timex_d = _messages("D", "timex", train_records)[2][1][1]
+    assert "determiners" in timex_d and "preposition" in timex_d
+    comp_d = _messages("D", "comp", train_records)[2][1][1]
+    assert "A valid time expression span" in comp_d and "A valid event trigger span" in comp_d
+
+
+def test_abductive_exemplar_steps_name_the_gold_candidates():
+    record = make_record("r", "d", "Sales rose last week and fell on Friday.",
+                         [("rose", "EVENT"), ("last week", "TIMEX"), ("fell", "EVENT"), ("Friday", "TIMEX")])
+    answer = json.loads(gold_answer(record, "timex", abductive=True))
+    assert answer["spans"] == ["last week", "Friday"]
+    assert answer["reasoning_steps"][0] == 'Candidates: "last week", "Friday".'
+    assert answer["reasoning_steps"][-1] == "No two candidates overlap: keep all 2."
+    comp = json.loads(gold_answer(record, "comp", abductive=False))
+    assert comp == {"timex": ["last week", "Friday"], "eventx": ["rose", "fell"]}
+
+
+def test_gold_answer_lists_a_repeated_string_once():
+    record = make_record("r", "d", "He said it and she said no.", [("said", "EVENT"), ("said", "EVENT")])
+    assert json.loads(gold_answer(record, "eventx", abductive=False)) == ["said"]
+
+
+def test_bad_calls_fail_clearly(train_records):
+    exemplars = select_exemplars(train_records, 3, 0, "timex")
+    with pytest.raises(ValueError, match="no exemplars"):
+        build_messages("I", "timex", INPUT, ())
+    with pytest.raises(ValueError, match="takes no exemplars"):
+        build_messages("D", "timex", INPUT, exemplars)
+    with pytest.raises(ValueError, match="unknown task"):
+        build_messages("D", "dates", INPUT)
+    with pytest.raises(ValueError, match="empty"):
+        build_messages("D", "timex", "  ")
+    with pytest.raises(ValueError, match="strategy name"):
+        build_messages("I+X", "timex", INPUT)
+
+
+def test_strategy_names_and_components():
+    assert components_of("A+D+I") == {"inductive": True, "deductive": True, "abductive": True}
+    assert components_of("D") == {"inductive": False, "deductive": True, "abductive": False}
+    for bad in ("", "I+I", "DI", "B", "D+"):
+        with pytest.raises(ValueError):
+            components_of(bad)
+    assert [get_strategy(n).inductive_plus for n in STRATEGY_NAMES] == [True, False, False, True, True, False, True]
+    assert get_strategy("A+I").max_tokens > get_strategy("I").max_tokens
+    with pytest.raises(ValueError, match="needs components"):
+        Strategy(name="D+I", inductive=False, deductive=True, abductive=False)
+    with pytest.raises(ValueError, match="k must be 0"):
+        Strategy(name="D", inductive=False, deductive=True, abductive=False, k=5)
+    with pytest.raises(ValueError, match="k >= 1"):
+        Strategy(name="I", inductive=True, deductive=False, abductive=False, k=0)
+
+
+def test_strategy_from_config_checks_the_flags():
+    cfg = {
+        "name": "A+I", "display_name": "A+I", "k": 8, "inductive_plus": True, "max_tokens": 1024,
+        "components": {"inductive": True, "deductive": False, "abductive": True},
+    }
+    strategy = strategy_from_config(cfg)
+    assert (strategy.k, strategy.abductive, strategy.max_tokens_document) == (8, True, 1024)
+    with pytest.raises(ValueError, match="inductive_plus"):
+        strategy_from_config({**cfg, "inductive_plus": False})
+    with pytest.raises(ValueError, match="missing key"):
+        strategy_from_config({k: v for k, v in cfg.items() if k != "k"})
+    with pytest.raises(ValueError, match="needs components"):
+        strategy_from_config({**cfg, "components": {"inductive": True, "deductive": True, "abductive": True}})
