@@ -1,0 +1,115 @@
+"""Types shared by every generation backend: requests, results and the Backend protocol.
+
+Requests are frozen and hashable so that callers can deduplicate them and the response cache
+can key on them; results carry enough (usage, latency, error) for the run to report cost and
+failures without knowing which backend produced them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Protocol, Sequence, runtime_checkable
+
+ROLES = ("system", "user", "assistant")
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    """One chat completion to generate.
+
+    Attributes:
+        messages: ``((role, content), ...)``; a tuple so the request is hashable.
+        max_tokens: upper bound on generated tokens.
+        temperature: 0 means greedy / deterministic (the only cacheable setting).
+        seed: sent to providers that accept one; seeds sampling in local backends.
+        request_id: the caller's label (e.g. the instance id); not part of the cache key.
+    """
+
+    messages: tuple[tuple[str, str], ...]
+    max_tokens: int = 512
+    temperature: float = 0.0
+    seed: int = 0
+    request_id: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.messages:
+            raise ValueError(f"ChatRequest {self.request_id!r}: messages must not be empty")
+        for position, message in enumerate(self.messages):
+            if len(message) != 2 or not all(isinstance(part, str) for part in message):
+                raise ValueError(
+                    f"ChatRequest {self.request_id!r}: message {position} must be a (role, content) "
+                    f"pair of strings, got {message!r}"
+                )
+            if message[0] not in ROLES:
+                raise ValueError(
+                    f"ChatRequest {self.request_id!r}: message {position} has role {message[0]!r}, "
+                    f"expected one of {ROLES}"
+                )
+        if self.max_tokens < 1:
+            raise ValueError(f"ChatRequest {self.request_id!r}: max_tokens must be >= 1")
+        if self.temperature < 0:
+            raise ValueError(f"ChatRequest {self.request_id!r}: temperature must be >= 0")
+
+    @property
+    def deterministic(self) -> bool:
+        """True for greedy decoding, whose answer can be reused from the cache."""
+        return self.temperature == 0
+
+    def message_dicts(self) -> list[dict[str, str]]:
+        """The messages in the ``[{"role", "content"}]`` form chat APIs and templates expect."""
+        return [{"role": role, "content": content} for role, content in self.messages]
+
+
+@dataclass
+class GenerationResult:
+    """The outcome of one request.
+
+    Attributes:
+        request: the request this answers.
+        text: the generated text; None when the request failed after its retries.
+        error: why it failed (never contains secrets); None on success.
+        usage: ``prompt_tokens``, ``completion_tokens`` and ``cost`` when the provider reports it.
+        latency_s: wall time of the successful attempt (or batch, for local backends).
+        cached: True when the answer came from the response cache, not the model.
+    """
+
+    request: ChatRequest
+    text: str | None
+    error: str | None = None
+    usage: dict = field(default_factory=dict)
+    latency_s: float = 0.0
+    cached: bool = False
+
+    @property
+    def ok(self) -> bool:
+        """True when the request produced text."""
+        return self.text is not None and self.error is None
+
+
+ResultCallback = Callable[[int, GenerationResult], None]
+"""Called as ``on_result(index, result)`` as soon as the request at ``index`` is done."""
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """A text generator: local model or remote endpoint.
+
+    ``generate`` returns results in the order of ``requests`` and never raises for a single
+    failed request (that result has ``text=None`` and ``error`` set). When ``on_result`` is
+    given, it is called for each request as soon as its result exists, so the response cache
+    can persist finished work before the whole call returns (resume after a crash).
+    """
+
+    name: str
+    model_id: str
+
+    def generate(
+        self,
+        requests: Sequence[ChatRequest],
+        progress: str | None = None,
+        on_result: ResultCallback | None = None,
+    ) -> list[GenerationResult]: ...
+
+    def cache_identity(self) -> dict:
+        """Everything besides the request that determines the answer (for the cache key)."""
+        ...

@@ -1,0 +1,215 @@
+"""On-disk response cache shared by all runs, and a Backend wrapper that only sends misses.
+
+Layout: one JSON file per answer, ``<dir>/<key[:2]>/<key>.json``, where ``key`` is the sha256 of
+a canonical JSON of everything that determines the answer. Why files and not SQLite: a write is
+a temp file in the same directory followed by ``os.replace``, which is atomic on POSIX and on
+Windows, so concurrent writers (a Hydra multirun, several machines on a shared disk) need no
+lock, readers never see a partial answer, and two processes writing the same key write the same
+deterministic answer so either one winning is correct. There is no fsync per entry (it would
+cost milliseconds per answer): after a power loss an entry may be empty, which ``get`` treats
+as a miss and the next run rewrites. SQLite would need WAL, busy retries and
+a local disk (its locking is unreliable on network filesystems). The sharded folders keep
+directories small at study scale (~10^5 answers).
+
+Only deterministic requests (temperature 0) are cached and failed results never are.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import logging
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Sequence
+
+from src.models.base import Backend, ChatRequest, GenerationResult, ResultCallback
+
+logger = logging.getLogger(__name__)
+
+CACHE_FORMAT = 1
+
+
+def cache_key_fields(backend_name: str, model_id: str, identity: dict, request: ChatRequest) -> dict:
+    """Everything that determines the answer; ``request_id`` is deliberately absent."""
+    return {
+        "format": CACHE_FORMAT,
+        "backend": backend_name,
+        "model_id": model_id,
+        "backend_options": identity,
+        "messages": [list(message) for message in request.messages],
+        "max_tokens": request.max_tokens,
+        "temperature": float(request.temperature),
+        "seed": request.seed,
+    }
+
+
+def canonical_json(value: object) -> str:
+    """Key order, spacing and unicode fixed, so equal content always hashes equally."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+
+
+def cache_key(fields: dict) -> str:
+    """sha256 hex digest of the canonical JSON of ``fields``."""
+    return hashlib.sha256(canonical_json(fields).encode("utf-8")).hexdigest()
+
+
+class ResponseCache:
+    """A directory of answers keyed by request hash, safe for concurrent writers.
+
+    Args:
+        directory: created on first use; may be shared by every run and process.
+    """
+
+    def __init__(self, directory: str | Path) -> None:
+        self.directory = Path(directory)
+
+    def path(self, key: str) -> Path:
+        """Where the answer for ``key`` lives."""
+        return self.directory / key[:2] / f"{key}.json"
+
+    def get(self, key: str, fields: dict | None = None) -> dict | None:
+        """The stored entry for ``key``, or None (missing, unreadable, or for other fields)."""
+        path = self.path(key)
+        try:
+            with open(path, encoding="utf-8") as handle:
+                entry = json.load(handle)
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            logger.warning("ignoring unreadable cache entry %s: %s", path, exc)
+            return None
+        if not isinstance(entry, dict) or not isinstance(entry.get("text"), str):
+            logger.warning("ignoring malformed cache entry %s", path)
+            return None
+        if fields is not None and entry.get("fields") != json.loads(canonical_json(fields)):
+            logger.warning("ignoring cache entry %s: stored request differs", path)
+            return None
+        return entry
+
+    def put(self, key: str, fields: dict, text: str, usage: dict, latency_s: float) -> None:
+        """Store an answer atomically (temp file + ``os.replace``)."""
+        path = self.path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        entry = {
+            "fields": fields,
+            "text": text,
+            "usage": usage,
+            "latency_s": latency_s,
+            "created": time.time(),
+        }
+        descriptor, temp_name = tempfile.mkstemp(prefix=f".{key[:8]}-", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+                json.dump(entry, handle, ensure_ascii=False, sort_keys=True)
+            os.replace(temp_name, path)
+        except BaseException:
+            Path(temp_name).unlink(missing_ok=True)
+            raise
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self.directory.glob("??/*.json")) if self.directory.exists() else 0
+
+
+class CachedBackend:
+    """Wraps a backend: answers hits from the cache, sends only misses, stores each as it lands.
+
+    Identical deterministic requests within one call are sent once. Results are stored through
+    the wrapped backend's ``on_result`` callback the moment they complete, so a run killed
+    halfway resumes by sending only what is missing.
+    """
+
+    def __init__(self, backend: Backend, cache: ResponseCache) -> None:
+        self.backend = backend
+        self.cache = cache
+        self.name = backend.name
+        self.model_id = backend.model_id
+        self._identity = _identity_of(backend)
+        self._streams_results = "on_result" in inspect.signature(backend.generate).parameters
+
+    def __repr__(self) -> str:
+        return f"CachedBackend({self.backend!r}, cache={str(self.cache.directory)!r})"
+
+    def cache_identity(self) -> dict:
+        return self._identity
+
+    def key_fields(self, request: ChatRequest) -> dict:
+        """The cache key fields of ``request`` for the wrapped backend."""
+        return cache_key_fields(self.name, self.model_id, self._identity, request)
+
+    def generate(
+        self,
+        requests: Sequence[ChatRequest],
+        progress: str | None = None,
+        on_result: ResultCallback | None = None,
+    ) -> list[GenerationResult]:
+        """Results in request order; hits have ``cached=True``."""
+        requests = list(requests)
+        results: list[GenerationResult | None] = [None] * len(requests)
+        pending: dict[str, list[int]] = {}  # cache key -> positions waiting for that answer
+        pending_fields: dict[str, dict] = {}
+        uncacheable: list[int] = []
+        for position, request in enumerate(requests):
+            if not request.deterministic:
+                uncacheable.append(position)
+                continue
+            fields = self.key_fields(request)
+            key = cache_key(fields)
+            if key in pending:
+                pending[key].append(position)
+                continue
+            entry = self.cache.get(key, fields)
+            if entry is None:
+                pending[key] = [position]
+                pending_fields[key] = fields
+                continue
+            results[position] = GenerationResult(
+                request, entry["text"], usage=dict(entry.get("usage") or {}),
+                latency_s=float(entry.get("latency_s", 0.0)), cached=True,
+            )
+            if on_result is not None:
+                on_result(position, results[position])
+
+        keys = list(pending)
+        to_send = [requests[pending[key][0]] for key in keys] + [requests[p] for p in uncacheable]
+        owners = [pending[key] for key in keys] + [[p] for p in uncacheable]
+        logger.info(
+            "%s %s: %d cached, %d to generate",
+            self.name, self.model_id, len(requests) - sum(map(len, owners)), len(to_send),
+        )
+        if not to_send:
+            return results  # type: ignore[return-value]
+
+        def deliver(sent_index: int, result: GenerationResult) -> None:
+            if sent_index < len(keys) and result.ok:
+                key = keys[sent_index]
+                self.cache.put(key, pending_fields[key], result.text, result.usage, result.latency_s)
+            for position in owners[sent_index]:
+                own = result if requests[position] is result.request else _for_request(result, requests[position])
+                results[position] = own
+                if on_result is not None:
+                    on_result(position, own)
+
+        if self._streams_results:
+            self.backend.generate(to_send, progress=progress, on_result=deliver)
+        else:
+            for sent_index, result in enumerate(self.backend.generate(to_send, progress=progress)):
+                deliver(sent_index, result)
+        return results  # type: ignore[return-value]
+
+
+def _for_request(result: GenerationResult, request: ChatRequest) -> GenerationResult:
+    """A copy of ``result`` answering a duplicate ``request`` (same content, other request_id)."""
+    return GenerationResult(
+        request, result.text, error=result.error, usage=dict(result.usage),
+        latency_s=result.latency_s, cached=result.cached,
+    )
+
+
+def _identity_of(backend: Backend) -> dict:
+    identity = getattr(backend, "cache_identity", None)
+    value = identity() if callable(identity) else {}
+    return json.loads(canonical_json(value))  # fail early on options that are not JSON

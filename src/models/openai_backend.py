@@ -1,0 +1,334 @@
+"""Backend for any OpenAI-compatible chat endpoint: OpenRouter (default), vLLM, llama.cpp server.
+
+Requests run concurrently on one event loop, bounded by a semaphore; the ``openai`` client's own
+retries are disabled so that retrying follows :mod:`src.models.retry` (backoff with full jitter,
+``Retry-After`` honoured, and a rate limit pauses every request, not only the one that hit it).
+The API key is read from an environment variable named in the config and never appears in a
+message, log line, repr or result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import random
+import ssl
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Sequence
+from urllib.parse import urlsplit
+
+import httpx
+import openai
+from openai.types.chat import ChatCompletion
+from tqdm.auto import tqdm
+
+from src.models.base import ChatRequest, GenerationResult, ResultCallback
+from src.models.retry import RetryPolicy, is_retryable_status, parse_retry_after
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_BASE_URL = "https://openrouter.ai/api/v1"
+DEFAULT_API_KEY_ENV = "OPENROUTER_API_KEY"
+LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1", "0.0.0.0"})
+CONNECTIONS_PER_CLIENT = 8
+PLACEHOLDER_KEY = "EMPTY"  # what local servers (vLLM, llama.cpp) accept when they check no key
+
+
+class MissingAPIKeyError(RuntimeError):
+    """The environment variable that should hold the API key is unset or empty."""
+
+
+class _RetryableError(Exception):
+    """A transient failure; ``retry_after`` is the server's requested wait, if any."""
+
+    def __init__(self, message: str, retry_after: float | None = None, rate_limited: bool = False):
+        super().__init__(message)
+        self.retry_after = retry_after
+        self.rate_limited = rate_limited
+
+
+class OpenAIBackend:
+    """Chat completions over HTTP with bounded concurrency and retries.
+
+    Args:
+        model_id: the provider's model name, e.g. ``qwen/qwen3-235b-a22b-2507``.
+        base_url: endpoint root (``.../v1``).
+        api_key_env: name of the environment variable holding the key.
+        require_api_key: None = required unless ``base_url`` is a loopback address.
+        max_concurrency: most requests in flight at once.
+        timeout_s: limit on one attempt.
+        max_retries, backoff_base_s, backoff_max_s: see :class:`RetryPolicy`.
+        extra_headers: sent with every request (e.g. OpenRouter's ``HTTP-Referer``).
+        extra_body: extra JSON fields (e.g. OpenRouter ``provider`` routing); part of the cache key.
+        request_cost: ask for ``usage.cost`` with OpenRouter's ``usage: {include: true}`` (now
+            documented as always on and the flag as a no-op; sent for deployments that still
+            need it); None = only when the host is openrouter.ai, as other servers may reject
+            the field. ``usage.cost`` is recorded whenever a response carries it.
+        seed: seeds the retry jitter (not the model; each request carries its own seed).
+    """
+
+    name = "openai"
+
+    def __init__(
+        self,
+        model_id: str,
+        base_url: str = DEFAULT_BASE_URL,
+        api_key_env: str = DEFAULT_API_KEY_ENV,
+        require_api_key: bool | None = None,
+        max_concurrency: int = 16,
+        timeout_s: float = 120.0,
+        max_retries: int = 6,
+        backoff_base_s: float = 1.0,
+        backoff_max_s: float = 60.0,
+        extra_headers: dict[str, str] | None = None,
+        extra_body: dict[str, Any] | None = None,
+        request_cost: bool | None = None,
+        seed: int = 0,
+    ) -> None:
+        if not model_id:
+            raise ValueError("openai backend: model_id is required")
+        if max_concurrency < 1:
+            raise ValueError(f"openai backend: max_concurrency must be >= 1, got {max_concurrency}")
+        if timeout_s <= 0:
+            raise ValueError(f"openai backend: timeout_s must be > 0, got {timeout_s}")
+        self.model_id = model_id
+        self.base_url = base_url.rstrip("/")
+        self.api_key_env = api_key_env
+        self.max_concurrency = int(max_concurrency)
+        self.timeout_s = float(timeout_s)
+        self.retry = RetryPolicy(max_retries, backoff_base_s, backoff_max_s)
+        self.extra_headers = dict(extra_headers or {})
+        self.extra_body = dict(extra_body or {})
+        host = (urlsplit(self.base_url).hostname or "").lower()
+        self.request_cost = host.endswith("openrouter.ai") if request_cost is None else request_cost
+        self.seed = seed
+        needs_key = host not in LOOPBACK_HOSTS if require_api_key is None else require_api_key
+        self.__api_key = self._read_key(needs_key)
+        self._tls: ssl.SSLContext | None = None
+
+    def _read_key(self, needs_key: bool) -> str:
+        key = os.environ.get(self.api_key_env, "").strip() if self.api_key_env else ""
+        if key:
+            return key
+        if needs_key:
+            raise MissingAPIKeyError(
+                f"openai backend: no API key for {self.base_url}: set the environment variable "
+                f"{self.api_key_env or '(api_key_env is empty)'} (or point base_url at a local "
+                f"server such as vLLM on localhost, which needs no key)"
+            )
+        return PLACEHOLDER_KEY
+
+    def __repr__(self) -> str:
+        return (
+            f"OpenAIBackend(model_id={self.model_id!r}, base_url={self.base_url!r}, "
+            f"api_key_env={self.api_key_env!r}, max_concurrency={self.max_concurrency})"
+        )
+
+    def cache_identity(self) -> dict:
+        """The endpoint and extra body fields: the same model id elsewhere may answer differently."""
+        return {"base_url": self.base_url, "extra_body": self.extra_body}
+
+    def _redact(self, text: str) -> str:
+        key = self.__api_key
+        return text.replace(key, "***") if key and key != PLACEHOLDER_KEY else text
+
+    def generate(
+        self,
+        requests: Sequence[ChatRequest],
+        progress: str | None = None,
+        on_result: ResultCallback | None = None,
+    ) -> list[GenerationResult]:
+        """Send all requests concurrently; blocks until every one succeeded or gave up."""
+        requests = list(requests)
+        if not requests:
+            return []
+        coroutine_factory = lambda: self._generate_all(requests, progress, on_result)  # noqa: E731
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(coroutine_factory())
+        # Called from inside an event loop (a notebook): run ours on a helper thread.
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            return pool.submit(lambda: asyncio.run(coroutine_factory())).result()
+
+    async def _generate_all(
+        self, requests: list[ChatRequest], progress: str | None, on_result: ResultCallback | None
+    ) -> list[GenerationResult]:
+        # Several small clients instead of one big one: httpcore's pool scans every connection
+        # for every active request on each event, which costs more CPU than the requests
+        # themselves at a few dozen connections; pools of CONNECTIONS_PER_CLIENT keep it cheap.
+        sizes = [CONNECTIONS_PER_CLIENT] * (self.max_concurrency // CONNECTIONS_PER_CLIENT)
+        if self.max_concurrency % CONNECTIONS_PER_CLIENT:
+            sizes.append(self.max_concurrency % CONNECTIONS_PER_CLIENT)
+        clients = [self._client(size) for size in sizes]
+        state = _LoopState(clients, sizes, random.Random(self.seed))
+        results: list[GenerationResult | None] = [None] * len(requests)
+        failures = 0
+        bar = tqdm(total=len(requests), desc=progress, unit="req", disable=progress is None)
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                for client in clients:
+                    await stack.enter_async_context(client)
+                tasks = [
+                    asyncio.ensure_future(self._indexed(i, request, state))
+                    for i, request in enumerate(requests)
+                ]
+                try:
+                    for next_done in asyncio.as_completed(tasks):
+                        index, result = await next_done
+                        results[index] = result
+                        failures += result.text is None
+                        if on_result is not None:
+                            on_result(index, result)
+                        bar.update(1)
+                        if failures:
+                            bar.set_postfix(failed=failures, refresh=False)
+                finally:
+                    for task in tasks:
+                        task.cancel()
+        finally:
+            bar.close()
+        return results  # type: ignore[return-value]
+
+    def _client(self, connections: int) -> openai.AsyncOpenAI:
+        if self._tls is None:  # building one costs ~50 ms: once per backend, not per client
+            self._tls = httpx.create_ssl_context()
+        limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
+        return openai.AsyncOpenAI(
+            api_key=self.__api_key,
+            base_url=self.base_url,
+            max_retries=0,
+            timeout=self.timeout_s,
+            default_headers=self.extra_headers or None,
+            http_client=openai.DefaultAsyncHttpxClient(limits=limits, timeout=self.timeout_s, verify=self._tls),
+        )
+
+    async def _indexed(self, index, request, state) -> tuple[int, GenerationResult]:
+        return index, await self._generate_one(request, state)
+
+    async def _generate_one(self, request: ChatRequest, state: "_LoopState") -> GenerationResult:
+        """Attempts with retries; returns a failed result instead of raising."""
+        last_error = ""
+        for attempt in range(self.retry.max_retries + 1):
+            await state.wait_for_rate_limit()
+            async with state.slot() as client:
+                started = time.perf_counter()
+                try:
+                    text, usage = await self._attempt(request, client)
+                    return GenerationResult(
+                        request, text, usage=usage, latency_s=time.perf_counter() - started
+                    )
+                except _RetryableError as exc:
+                    last_error = self._redact(str(exc))
+                    retry_after, rate_limited = exc.retry_after, exc.rate_limited
+                except Exception as exc:  # a permanent failure of this request only
+                    message = self._redact(_describe(exc))
+                    logger.warning("request %r failed: %s", request.request_id, message)
+                    return GenerationResult(request, None, error=message)
+            if attempt == self.retry.max_retries:
+                break
+            delay = self.retry.delay(attempt, state.rng, retry_after)
+            if rate_limited:
+                state.pause_until(time.monotonic() + delay)
+            logger.info(
+                "request %r: %s; retry %d/%d in %.2fs",
+                request.request_id, last_error, attempt + 1, self.retry.max_retries, delay,
+            )
+            await asyncio.sleep(delay)
+        message = f"gave up after {self.retry.max_retries + 1} attempts: {last_error}"
+        logger.warning("request %r %s", request.request_id, message)
+        return GenerationResult(request, None, error=message)
+
+    async def _attempt(self, request: ChatRequest, client: openai.AsyncOpenAI) -> tuple[str, dict]:
+        body = dict(self.extra_body)
+        if self.request_cost:
+            body.setdefault("usage", {"include": True})
+        body.update(
+            model=self.model_id,
+            messages=request.message_dicts(),
+            max_tokens=request.max_tokens,
+            temperature=request.temperature,
+            seed=request.seed,
+        )
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                # The client's generic post, not the typed chat.completions.create: the typed
+                # path spends a third of the client's CPU re-validating a body built right here,
+                # which caps throughput at high concurrency (benchmarks/bench_http.py).
+                response = await client.post("/chat/completions", body=body, cast_to=ChatCompletion)
+        except openai.APIStatusError as exc:
+            if not is_retryable_status(exc.status_code):
+                raise
+            headers = exc.response.headers
+            retry_after = parse_retry_after(headers.get("retry-after"))
+            if retry_after is None and headers.get("retry-after-ms"):
+                milliseconds = parse_retry_after(headers.get("retry-after-ms"))
+                retry_after = None if milliseconds is None else milliseconds / 1000
+            raise _RetryableError(
+                _describe(exc), retry_after, rate_limited=exc.status_code == 429
+            ) from None
+        except (openai.APIConnectionError, TimeoutError) as exc:  # includes APITimeoutError
+            raise _RetryableError(_describe(exc) or "timeout") from None
+        choices = getattr(response, "choices", None) or []
+        if not choices:
+            provider_error = (getattr(response, "model_extra", None) or {}).get("error")
+            raise _RetryableError(f"response without choices: {provider_error or 'empty'}")
+        text = choices[0].message.content or ""
+        return text, _usage_dict(response)
+
+
+class _LoopState:
+    """Per-call shared state: the concurrency slots, jitter source and a global rate-limit pause.
+
+    Each slot is a client with a free connection; taking one bounds requests in flight.
+    """
+
+    def __init__(self, clients: list[openai.AsyncOpenAI], sizes: list[int], rng: random.Random) -> None:
+        self._free: asyncio.Queue[openai.AsyncOpenAI] = asyncio.Queue()
+        for client, size in zip(clients, sizes):
+            for _ in range(size):
+                self._free.put_nowait(client)
+        self.rng = rng
+        self._not_before = 0.0
+
+    @contextlib.asynccontextmanager
+    async def slot(self):
+        client = await self._free.get()
+        try:
+            yield client
+        finally:
+            self._free.put_nowait(client)
+
+    def pause_until(self, moment: float) -> None:
+        self._not_before = max(self._not_before, moment)
+
+    async def wait_for_rate_limit(self) -> None:
+        while (remaining := self._not_before - time.monotonic()) > 0:
+            await asyncio.sleep(remaining)
+
+
+def _usage_dict(response: Any) -> dict:
+    """Token counts and, where reported (OpenRouter), the cost in credits."""
+    usage = getattr(response, "usage", None)
+    if usage is None:
+        return {}
+    result = {
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+    }
+    cost = (getattr(usage, "model_extra", None) or {}).get("cost")
+    if cost is not None:
+        result["cost"] = float(cost)
+    return result
+
+
+def _describe(exc: BaseException) -> str:
+    """A one-line description: status code and message, never headers (which carry the key)."""
+    if isinstance(exc, openai.APIStatusError):
+        return f"HTTP {exc.status_code}: {exc.message}"
+    if isinstance(exc, openai.APITimeoutError) or isinstance(exc, TimeoutError):
+        return f"timeout: {type(exc).__name__}"
+    return f"{type(exc).__name__}: {exc}"

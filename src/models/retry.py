@@ -1,0 +1,79 @@
+"""Retry policy for remote backends: which failures to retry and how long to wait.
+
+Rate limits (429), server errors (5xx), request timeouts (408) and transport failures are
+transient, so they are retried with exponential backoff and full jitter (a uniform wait in
+``[0, min(max, base * 2**attempt)]``) so that many concurrent requests do not retry in
+lockstep. A server's ``Retry-After`` overrides the jittered wait. Every other 4xx is a bug in
+the request (bad model id, missing key) and fails at once.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import random
+import time
+from dataclasses import dataclass
+
+RETRYABLE_STATUS = frozenset({408, 429})
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How many times and how patiently to retry.
+
+    Attributes:
+        max_retries: retries after the first attempt (0 disables retrying).
+        backoff_base_s: wait scale of the first retry.
+        backoff_max_s: cap of the exponential wait (before jitter).
+        retry_after_max_s: cap on a server's ``Retry-After`` so a bad header cannot stall a run.
+    """
+
+    max_retries: int = 6
+    backoff_base_s: float = 1.0
+    backoff_max_s: float = 60.0
+    retry_after_max_s: float = 300.0
+
+    def __post_init__(self) -> None:
+        if self.max_retries < 0:
+            raise ValueError(f"max_retries must be >= 0, got {self.max_retries}")
+        if self.backoff_base_s < 0 or self.backoff_max_s < 0:
+            raise ValueError("backoff_base_s and backoff_max_s must be >= 0")
+
+    def delay(self, attempt: int, rng: random.Random, retry_after: float | None = None) -> float:
+        """Seconds to wait before retry number ``attempt`` (0-based).
+
+        Args:
+            attempt: how many retries already happened.
+            rng: source of the jitter (seeded by the caller).
+            retry_after: the server's ``Retry-After`` in seconds, if it sent one.
+        """
+        if retry_after is not None:
+            return min(max(retry_after, 0.0), self.retry_after_max_s)
+        ceiling = min(self.backoff_max_s, self.backoff_base_s * (2**attempt))
+        return rng.uniform(0.0, ceiling)
+
+
+def is_retryable_status(status: int) -> bool:
+    """True for 408, 429 and every 5xx."""
+    return status in RETRYABLE_STATUS or 500 <= status <= 599
+
+
+def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
+    """Seconds to wait from a ``Retry-After`` header (delta-seconds or an HTTP date).
+
+    Returns None when the header is missing or malformed.
+    """
+    if value is None:
+        return None
+    value = value.strip()
+    try:
+        return max(float(value), 0.0)
+    except ValueError:
+        pass
+    try:
+        moment = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if moment is None:
+        return None
+    return max(moment.timestamp() - (time.time() if now is None else now), 0.0)

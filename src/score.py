@@ -1,0 +1,70 @@
+"""Score a prediction file against a gold dataset: ``python -m src.score --gold G --pred P``.
+
+Prints one JSON object: ``n``; ``lcs``, ``strict`` and ``relaxed`` blocks with
+``precision``, ``recall`` and ``f1`` (plus ``ci95`` on each F1 with ``--bootstrap N``);
+``errors`` (exact, boundary, missing, spurious); ``n_pred``, ``n_gold``,
+``predictions_not_in_text``; and ``per_label`` blocks (TIMEX, EVENT) when the gold
+has both labels. Bad input exits with status 2 and a message naming file and line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, Sequence
+
+from src.data.schema import DataError
+from src.metrics import METRICS, ScoreResult, score_pairs
+from src.predictions import load_pairs
+from src.stats import bootstrap_f1, percentile_interval, resample_counts
+
+
+def add_confidence_intervals(block: dict[str, Any], result: ScoreResult, counts, confidence: float = 0.95) -> None:
+    """Add a percentile ``ci95`` to each metric's block, all metrics on the same resamples."""
+    for metric in METRICS:
+        low, high = percentile_interval(bootstrap_f1(result.stats[metric], counts), confidence)
+        block[metric][f"ci{round(confidence * 100)}"] = [float(low), float(high)]
+
+
+def score_files(gold: str, pred: str, bootstrap: int = 0, seed: int = 0, lowercase: bool = False) -> dict[str, Any]:
+    """The JSON report of ``python -m src.score`` as a dict."""
+    result = score_pairs(load_pairs(gold, pred), lowercase=lowercase)
+    report = result.to_dict()
+    if bootstrap > 0:
+        counts = resample_counts(len(result), bootstrap, seed)
+        add_confidence_intervals(report, result, counts)
+        for label, label_result in result.per_label.items():
+            add_confidence_intervals(report["per_label"][label], label_result, counts)
+        report["bootstrap"] = {"resamples": bootstrap, "seed": seed}
+    report["lowercase"] = lowercase
+    return report
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m src.score", description=__doc__.splitlines()[0])
+    parser.add_argument("--gold", required=True, help="gold dataset JSONL (data/prepared/{task}/{name}.jsonl)")
+    parser.add_argument("--pred", required=True, help='prediction JSONL: {"id": str, "predictions": [...]}')
+    parser.add_argument("--bootstrap", type=int, default=0, metavar="N", help="resamples for 95%% CIs (0: none)")
+    parser.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    parser.add_argument("--lowercase", action="store_true", help="compare words case-insensitively")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.bootstrap < 0:
+        print("error: --bootstrap must be >= 0", file=sys.stderr)
+        return 2
+    try:
+        report = score_files(args.gold, args.pred, args.bootstrap, args.seed, args.lowercase)
+    except (DataError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    json.dump(report, sys.stdout, indent=2)
+    sys.stdout.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

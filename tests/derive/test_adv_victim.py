@@ -1,0 +1,126 @@
+"""``adv`` end to end (slow): the word attack with WordNet, spaCy and MiniLM, and a real fine-tuned victim."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+
+import pytest
+
+from src.data.schema import Record, Span, check_spans, read_records, write_records
+
+pytestmark = pytest.mark.slow
+
+CONTEXTS = [
+    "The company reported strong earnings {T} .",
+    "Officials said {T} that the talks had collapsed .",
+    "Sales rose sharply {T} after the merger was announced .",
+    "The board approved the plan {T} , the chairman said .",
+    "Prices fell {T} as traders worried about demand .",
+    "The strike ended {T} when workers accepted the offer .",
+    "Analysts expect growth to slow {T} , the report noted .",
+    "The agency announced new rules {T} to protect investors .",
+]
+TIMEXES = ["last week", "Friday", "1990", "the third quarter", "two years ago", "yesterday", "next month", "this year"]
+
+
+def synthetic(count: int, seed: int) -> list[Record]:
+    """Sentences with one TIMEX each, the time expression at exact offsets."""
+    rng = random.Random(seed)
+    records = []
+    for i in range(count):
+        template, timex = rng.choice(CONTEXTS), rng.choice(TIMEXES)
+        before, after = template.split("{T}")
+        text = before + timex + after
+        records.append(Record(f"s{seed}-{i}", f"doc{i % 7}", text,
+                              [Span(len(before), len(before) + len(timex), timex, "TIMEX")], "synthetic"))
+    return records
+
+
+@pytest.fixture(scope="module")
+def victim_checkpoint(tmp_path_factory):
+    """MiniLM fine-tuned for a few dozen steps on synthetic timex sentences (a weak but real victim)."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from transformers import set_seed
+
+    from src.finetune.bio import tag_set
+    from src.finetune.models import get_spec, load_model, load_tokenizer
+    from src.finetune.train import TrainConfig, train_classifier
+
+    set_seed(0)
+    spec = get_spec("minilm")
+    tokenizer = load_tokenizer(spec)
+    model = load_model(spec, tag_set("TIMEX"), tokenizer)
+    config = TrainConfig(learning_rate=2e-4, warmup_steps=0, max_steps=40, train_batch_size=16, eval_steps=40,
+                         early_stopping_patience=10, max_length=64, logging_steps=10, seed=0,
+                         full_determinism=False, report_to="none")
+    out = tmp_path_factory.mktemp("victim")
+    train_classifier(model, tokenizer, synthetic(240, 1), synthetic(16, 2), "TIMEX", config, out)
+    return out
+
+
+def test_real_victim_attack_changes_predictions(victim_checkpoint, tmp_path):
+    from src.derive import adv
+    from src.finetune.predict import TokenClassifier
+
+    base = synthetic(8, 3)
+    write_records(tmp_path / "base.jsonl", base)
+    out, stats_path = tmp_path / "adv.jsonl", tmp_path / "stats.json"
+    adv.main(["--input", str(tmp_path / "base.jsonl"), "--checkpoint", str(victim_checkpoint), "--task", "timex",
+              "--output", str(out), "--seed", "7", "--query-budget", "150", "--stats", str(stats_path)])
+    derived = read_records(out)
+    assert [r.id for r in derived] == [r.id for r in base]
+    for original, record in zip(base, derived):
+        check_spans(record.text, record.spans, record.id)
+        assert [s.text for s in record.spans] == [s.text for s in original.spans]
+        assert set(record.extra["attacks"]) == {"word", "char"}
+
+    classifier = TokenClassifier.load(victim_checkpoint)
+    before = classifier.predict_spans(base)
+    after = classifier.predict_spans(derived)
+    changed = [r.id for r, b, a in zip(derived, before, after) if b != a]
+    assert changed, "the attack changed no prediction of the victim"
+    assert all(derived[i].text != base[i].text for i, r in enumerate(derived) if r.id in changed)
+
+    stats = json.loads(stats_path.read_text())
+    assert stats["instances"] == 8 and stats["task"] == "timex" and stats["attacks"] == ["word", "char"]
+    assert stats["instances_changed"] >= len(changed)
+    assert 0.0 <= stats["success_rate"] <= 1.0 and stats["perturbation_rate"] > 0
+
+
+def test_word_attack_swaps_synonyms_and_keeps_spans():
+    """Eventx runs the word attack only; here against a lexical stand-in victim, to see the swaps."""
+    import numpy as np
+
+    from src.derive.adv import build_attacker
+    from src.derive.attack_recipes import CharAttackSettings, WordAttackSettings
+
+    class ContextVictim:
+        """Tags 'announced' as an event only while 'company' or 'firm' precedes it in the sentence."""
+
+        labels = ["O", "B-E", "I-E"]
+
+        def predict_word_probs(self, batch):
+            out = []
+            for words in batch:
+                cue = any(w.lower() in {"company", "firm"} for w in words)
+                probs = np.tile(np.array([0.9, 0.05, 0.05], dtype=np.float32), (len(words), 1))
+                for i, word in enumerate(words):
+                    if word == "announced":
+                        probs[i] = [0.2, 0.75, 0.05] if cue else [0.7, 0.25, 0.05]
+                out.append(probs)
+            return out
+
+    text = "The company announced a new product yesterday."
+    start = text.index("announced")
+    record = Record("e1", "d", text, [Span(start, start + 9, "announced", "EVENT")], "t")
+    attacker = build_attacker(ContextVictim(), "eventx", seed=1, query_budget=100, threshold=0.5,
+                              word_settings=WordAttackSettings(similarity_threshold=0.5),
+                              char_settings=CharAttackSettings())
+    assert list(attacker.attacks) == ["word"]
+    derived = attacker.attack_record(record)
+    assert derived.extra["success"] and derived.extra["attack"] == "word"
+    assert "company" not in derived.text and "announced" in derived.text
+    assert derived.extra["changed_words"][0]["old"] == "company"
+    check_spans(derived.text, derived.spans, "e1")

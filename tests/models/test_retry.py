@@ -1,0 +1,50 @@
+"""Retry policy: which statuses retry, jitter bounds, Retry-After parsing."""
+
+from __future__ import annotations
+
+import email.utils
+import random
+
+import pytest
+
+from src.models.retry import RetryPolicy, is_retryable_status, parse_retry_after
+
+
+@pytest.mark.parametrize("status, retryable", [(408, True), (429, True), (500, True), (502, True), (503, True),
+                                               (599, True), (400, False), (401, False), (403, False),
+                                               (404, False), (422, False)])
+def test_retryable_statuses(status, retryable):
+    assert is_retryable_status(status) is retryable
+
+
+def test_full_jitter_stays_under_the_exponential_cap():
+    policy = RetryPolicy(max_retries=8, backoff_base_s=0.5, backoff_max_s=4.0)
+    rng = random.Random(0)
+    for attempt in range(8):
+        cap = min(4.0, 0.5 * 2**attempt)
+        delays = [policy.delay(attempt, rng) for _ in range(200)]
+        assert all(0.0 <= d <= cap for d in delays)
+        assert max(delays) > 0.8 * cap  # jitter spans the range, not a constant
+    assert RetryPolicy().delay(3, random.Random(7)) == RetryPolicy().delay(3, random.Random(7))
+
+
+def test_retry_after_overrides_jitter_and_is_capped():
+    policy = RetryPolicy(backoff_base_s=100.0, retry_after_max_s=30.0)
+    assert policy.delay(0, random.Random(0), retry_after=2.5) == 2.5
+    assert policy.delay(0, random.Random(0), retry_after=3600) == 30.0
+
+
+def test_parse_retry_after_forms():
+    assert parse_retry_after("7") == 7.0
+    assert parse_retry_after(" 0.25 ") == 0.25
+    assert parse_retry_after(None) is None
+    assert parse_retry_after("soon") is None
+    now = 1_700_000_000.0
+    date = email.utils.formatdate(now + 12, usegmt=True)
+    assert parse_retry_after(date, now=now) == pytest.approx(12.0)
+    assert parse_retry_after(email.utils.formatdate(now - 50, usegmt=True), now=now) == 0.0
+
+
+def test_policy_rejects_negative_values():
+    with pytest.raises(ValueError):
+        RetryPolicy(max_retries=-1)

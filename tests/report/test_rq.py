@@ -1,0 +1,240 @@
+"""RQ computations on synthetic tables with known answers."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from src.analyze import load_dimensions, strategy_groups
+from src.report import rq
+
+N = 200
+
+
+def constant_stats(matched: float, n: int = N) -> np.ndarray:
+    """Every instance with two predicted and two gold spans and ``matched`` similarity."""
+    return np.tile([matched, 2.0, 2.0], (n, 1))
+
+
+def noisy_stats(mean: float, seed: int, n: int = N) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return np.column_stack([np.clip(rng.normal(mean, 0.6, n), 0, 2), np.full(n, 2.0), np.full(n, 2.0)])
+
+
+def stacked(configs, arrays):
+    return SimpleNamespace(configs=list(configs), stats=np.stack(arrays))
+
+
+def runs_table(rows):
+    table = pd.DataFrame(rows, columns=["config", "model", "strategy", "kind", "family", "architecture",
+                                        "params_total_b", "inductive_plus", "size_series"])
+    return table.set_index("config")
+
+
+def test_a_configuration_that_dominates_everywhere_has_probability_one_of_better():
+    configs = ["strong", "middle", "weak"]
+    data = {
+        key: stacked(configs, [constant_stats(2.0), noisy_stats(1.0, seed), noisy_stats(0.5, seed + 1)])
+        for seed, key in enumerate(["timex/base", "timex/adv", "timex/t2c"])
+    }
+    tests = rq.pairwise_tests(data, resamples=400, seed=1)
+    outcomes = rq.outcome_tables(tests, alpha=0.05, correction="holm")
+    links = rq.reference_links(list(tests))
+    assert links == [("timex/base", "timex/adv"), ("timex/base", "timex/t2c")]
+    for correction in ("none", "holm"):
+        table = rq.rq1_transfer(outcomes[correction], links, {"all": configs, "strong-only": ["strong"]})
+        dominant = table[table["group"] == "all"]
+        assert list(dominant["pairs"]) == [3, 3, 6]  # strong>middle, strong>weak, middle>weak on each link
+        assert list(dominant["better"]) == [1.0, 1.0, 1.0]
+        assert list(dominant["worse"]) == [0.0, 0.0, 0.0]
+        lonely = table[table["group"] == "strong-only"]
+        assert list(lonely["pairs"]) == [0, 0, 0] and lonely["better"].isna().all()
+    assert outcomes["none"]["timex/base"].loc["strong", "weak"] == "better"
+    assert outcomes["none"]["timex/base"].loc["weak", "strong"] == "worse"
+
+
+def test_identical_configurations_are_equal_and_start_no_rq1_pair():
+    same = noisy_stats(1.0, seed=3)
+    data = {key: stacked(["a", "b"], [same, same]) for key in ("eventx/base", "eventx/len")}
+    tests = rq.pairwise_tests(data, resamples=300, seed=0)
+    assert tests["eventx/base"].p_value[0, 1] == 0.5
+    outcomes = rq.outcome_tables(tests, alpha=0.05, correction="bh")
+    for correction in ("none", "bh"):
+        assert (outcomes[correction]["eventx/len"].to_numpy() == "equal").all()
+    table = rq.rq1_transfer(outcomes["none"], rq.reference_links(list(tests)), {"all": ["a", "b"]})
+    assert table["pairs"].tolist() == [0, 0]
+
+
+def test_pairwise_tests_are_seeded_and_report_observed_f1():
+    data = {"timex/base": stacked(["a", "b"], [noisy_stats(1.2, 0), noisy_stats(1.0, 1)])}
+    first = rq.pairwise_tests(data, resamples=200, seed=5)["timex/base"]
+    again = rq.pairwise_tests(data, resamples=200, seed=5)["timex/base"]
+    other = rq.pairwise_tests(data, resamples=200, seed=6)["timex/base"]
+    np.testing.assert_array_equal(first.p_value, again.p_value)
+    assert not np.array_equal(first.f1_ci, other.f1_ci)
+    stats = data["timex/base"].stats
+    np.testing.assert_allclose(first.f1, stats[:, :, 0].sum(1) * 2 / (stats[:, :, 1].sum(1) + stats[:, :, 2].sum(1)))
+    np.testing.assert_allclose(first.p_value + first.p_value.T, 1.0)
+
+
+def fixed_tests(p_matrices):
+    return {
+        key: rq.PairwiseTests(key, ["x", "y"], np.zeros(2), np.array(p, dtype=float), np.zeros((2, 2)), 10)
+        for key, p in p_matrices.items()
+    }
+
+
+@pytest.mark.parametrize("method, expected", [("holm", (0.02, 0.4)), ("bh", (0.02, 0.4))])
+def test_correction_covers_every_pair_of_every_dataset_in_its_observed_direction(method, expected):
+    tests = fixed_tests({"timex/base": [[0.5, 0.01], [0.99, 0.5]], "timex/adv": [[0.5, 0.6], [0.4, 0.5]]})
+    adjusted = rq.directional_adjusted(tests, method)
+    assert adjusted["timex/base"][0, 1] == pytest.approx(expected[0])
+    assert adjusted["timex/base"][1, 0] == 1.0
+    assert adjusted["timex/adv"][1, 0] == pytest.approx(expected[1])  # y is the observed winner there
+    assert adjusted["timex/adv"][0, 1] == 1.0
+    outcomes = rq.outcome_tables(tests, 0.05, method)[method]
+    assert outcomes["timex/base"].loc["x", "y"] == "better"
+    assert outcomes["timex/adv"].loc["y", "x"] == "equal"
+
+
+def test_holm_turns_a_borderline_finding_equal_while_raw_keeps_it():
+    tests = fixed_tests({f"timex/{d}": [[0.5, 0.03], [0.97, 0.5]] for d in ("base", "adv", "t2c")})
+    outcomes = rq.outcome_tables(tests, 0.05, "holm")
+    assert outcomes["none"]["timex/adv"].loc["x", "y"] == "better"
+    assert outcomes["holm"]["timex/adv"].loc["x", "y"] == "equal"  # 3 x 0.03 = 0.09
+
+
+def test_unknown_correction_is_rejected():
+    with pytest.raises(ValueError, match="unknown correction 'sidak'"):
+        rq.directional_adjusted({}, "sidak")
+
+
+def test_comp_is_linked_to_both_base_sets():
+    keys = ["timex/base", "timex/len", "eventx/base", "comp/base"]
+    assert rq.reference_links(keys) == [("timex/base", "timex/len"), ("timex/base", "comp/base"),
+                                        ("eventx/base", "comp/base")]
+
+
+def test_planted_rank_reversal_gives_negative_rho_and_small_groups_say_why():
+    table = pd.DataFrame(
+        {"timex/base": [0.1, 0.2, 0.3, 0.4], "timex/adv": [0.4, 0.3, 0.2, 0.1], "timex/t2c": [0.15, 0.25, 0.35, 0.45]},
+        index=["a", "b", "c", "d"],
+    )
+    result = rq.rq2_correlations(table, {"all": list("abcd"), "pair": ["a", "b"]}, "holm")
+    rho = result["all"].rho
+    assert rho.loc["timex/base", "timex/adv"] == pytest.approx(-1.0)
+    assert rho.loc["timex/base", "timex/t2c"] == pytest.approx(1.0)
+    assert result["all"].reason is None
+    assert result["all"].p_adjusted.loc["timex/base", "timex/adv"] >= result["all"].p_value.loc["timex/base", "timex/adv"]
+    assert result["pair"].rho.isna().all().all()
+    assert result["pair"].reason == "only 2 configuration(s); a rank correlation needs at least 3"
+    assert rq.mean_off_diagonal(rho) == pytest.approx((-1 + 1 - 1) / 3)
+
+
+def test_constant_scores_are_named_as_the_reason_for_missing_rho():
+    table = pd.DataFrame({"timex/base": [0.1, 0.2, 0.3], "timex/adv": [0.5, 0.5, 0.5]}, index=["a", "b", "c"])
+    result = rq.rq2_correlations(table, {"all": ["a", "b", "c"]}, "bh")["all"]
+    assert np.isnan(result.rho.loc["timex/base", "timex/adv"])
+    assert "timex/adv" in result.reason
+
+
+def outcome(configs, better_pairs):
+    """An outcome table where each (a, b) in better_pairs is 'better' (and b vs a 'worse')."""
+    table = pd.DataFrame("equal", index=configs, columns=configs)
+    for a, b in better_pairs:
+        table.loc[a, b], table.loc[b, a] = "better", "worse"
+    return table
+
+
+RUNS = runs_table([
+    ("m1-I", "m1", "I", "prompted", "fam", "dense", 1.0, True, None),
+    ("m1-D", "m1", "D", "prompted", "fam", "dense", 1.0, False, None),
+    ("m2-I", "m2", "I", "prompted", "fam", "dense", 7.0, True, None),
+    ("m2-D", "m2", "D", "prompted", "fam", "dense", 7.0, False, None),
+    ("m3-I", "m3", "I", "prompted", "fam", "moe", 40.0, True, None),
+    ("m3-D", "m3", "D", "prompted", "fam", "moe", 40.0, False, None),
+    ("ft", "ft", "finetuned", "finetuned", "bert", "dense", 0.1, False, None),
+])
+
+
+def test_strategy_pairs_count_model_dataset_cells_per_dimension():
+    configs = list(RUNS.index[:6])
+    outcomes = {
+        "timex/adv": outcome(configs, [("m1-I", "m1-D"), ("m3-D", "m3-I")]),
+        "timex/t2c": outcome(configs, [("m1-I", "m1-D"), ("m2-I", "m2-D"), ("m3-I", "m3-D")]),
+    }
+    dimensions = {"robustness": ["timex/adv"], "domain": ["timex/t2c"], "structural": ["timex/len"]}
+    table = rq.rq3_strategy_pairs(outcomes, RUNS, dimensions).set_index("dimension")
+    assert table.loc["robustness", ["pairs", "n_better", "n_equal", "n_worse"]].tolist() == [3, 1, 1, 1]
+    assert table.loc["domain", "better"] == 1.0
+    assert table.loc["structural", "pairs"] == 0
+    assert table.loc["all", ["pairs", "n_better", "n_equal", "n_worse"]].tolist() == [6, 4, 1, 1]
+    assert (table["strategy_a"] == "I").all() and (table["strategy_b"] == "D").all()
+    assert table.loc["all", "models"] == 3
+
+
+def test_dense_vs_moe_within_a_family_and_its_reason_when_impossible():
+    configs = list(RUNS.index[:6])
+    outcomes = {"timex/adv": outcome(configs, [("m3-I", "m1-I"), ("m3-I", "m2-I"), ("m2-D", "m3-D")])}
+    table, reason = rq.rq3_dense_vs_moe(outcomes, RUNS, {"robustness": ["timex/adv"]})
+    assert reason is None
+    row = table.set_index("dimension").loc["robustness"]
+    assert row[["pairs", "n_better", "n_equal", "n_worse"]].tolist() == [4, 2, 1, 1]
+    assert row["moe_models"] == "m3" and row["dense_models"] == "m1, m2"
+    empty, reason = rq.rq3_dense_vs_moe(outcomes, RUNS.loc[["m1-I", "m1-D"]], {"robustness": ["timex/adv"]})
+    assert empty.empty and reason.startswith("needs more models") and "fam: dense" in reason
+
+
+def test_size_series_from_the_param_else_from_a_family_at_several_sizes():
+    assert rq.size_series(RUNS) == {"fam": ["m1", "m2"]}  # dense models of one family, two sizes
+    tagged = RUNS.assign(size_series=["s", "s", "s", "s", None, None, None])
+    assert rq.size_series(tagged) == {"s": ["m1", "m2"]}
+    assert rq.size_series(RUNS.loc[["m1-I", "m3-I"]]) == {}
+    f1 = pd.DataFrame({"timex/base": [0.2, 0.4, 0.6, 0.8, 0.5, 0.5]}, index=list(RUNS.index[:6]))
+    curves, trend = rq.size_curves(f1, RUNS, {"fam": ["m1", "m2"]})
+    assert curves[["model", "params_total_b", "strategies"]].values.tolist() == [["m1", 1.0, 2], ["m2", 7.0, 2]]
+    np.testing.assert_allclose(curves["f1"], [0.3, 0.7])
+    assert trend.loc[0, "sizes"] == 2 and np.isnan(trend.loc[0, "rho"])  # two sizes: no rank correlation
+
+
+def test_error_breakdown_sums_configurations_and_gives_shares():
+    scores = pd.DataFrame([
+        {"config": "a", "task": "timex", "dataset": "t2c", "errors.missing": 6.0, "errors.spurious": 2.0, "errors.boundary": 2.0},
+        {"config": "b", "task": "timex", "dataset": "t2c", "errors.missing": 4.0, "errors.spurious": 4.0, "errors.boundary": 2.0},
+        {"config": "a", "task": "timex", "dataset": "base", "errors.missing": 0.0, "errors.spurious": 0.0, "errors.boundary": 0.0},
+    ])
+    table = rq.error_breakdown(scores).set_index("dataset")
+    assert list(table.index) == ["timex/base", "timex/t2c"]
+    assert table.loc["timex/t2c", ["configs", "missing", "spurious", "boundary"]].tolist() == [2, 10, 6, 4]
+    assert table.loc["timex/t2c", "share_missing"] == pytest.approx(0.5)
+    assert np.isnan(table.loc["timex/base", "share_missing"])
+
+
+def test_score_table_orders_datasets_as_the_study():
+    scores = pd.DataFrame([
+        {"config": "a", "task": "comp", "dataset": "base", "f1": 0.1},
+        {"config": "a", "task": "timex", "dataset": "len", "f1": 0.2},
+        {"config": "a", "task": "timex", "dataset": "base", "f1": 0.3},
+        {"config": "b", "task": "timex", "dataset": "base", "f1": 0.4},
+    ])
+    table = rq.score_table(scores, ["b", "a"])
+    assert list(table.columns) == ["timex/base", "timex/len", "comp/base"]
+    assert list(table.index) == ["b", "a"] and np.isnan(table.loc["b", "timex/len"])
+
+
+def test_dimensions_come_from_the_hydra_dimension_group():
+    dimensions = load_dimensions()
+    assert dimensions["robustness"] == ["timex/adv", "timex/adv_p", "eventx/adv", "eventx/adv_p"]
+    assert dimensions["compositional"] == ["comp/base"]
+    assert dimensions["structural"] == ["timex/len", "eventx/len"]
+    assert not any("timex/base" in keys for keys in dimensions.values())
+
+
+def test_groups_split_prompted_configurations_by_inductive_strategies():
+    groups = strategy_groups(RUNS)
+    assert groups["all"] == list(RUNS.index[:6])
+    assert groups["inductive+"] == ["m1-I", "m2-I", "m3-I"]
+    assert groups["non-inductive"] == ["m1-D", "m2-D", "m3-D"]

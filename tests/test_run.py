@@ -1,0 +1,177 @@
+"""``python -m src.run`` end to end against a loopback OpenAI-compatible server.
+
+Checks the MLflow run (params, metrics with hand-computed values, artifacts), the DVC
+summary, the cache (a re-run sends no request), failure reporting and resume, and that
+the API key never appears in anything the run writes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from src.data.schema import Record, Span, write_records
+from tests.models.fake_openai_server import FakeOpenAIServer, last_user_message
+
+ROOT = Path(__file__).resolve().parents[1]
+SECRET = "sk-or-v1-test-secret-never-logged-0123456789"
+
+
+def _record(rid: str, text: str, spans: list[tuple[str, str]]) -> Record:
+    found = []
+    for string, label in spans:
+        start = text.index(string)
+        found.append(Span(start, start + len(string), string, label))
+    return Record(rid, rid.split("#")[0], text, sorted(found), "test")
+
+
+TIMEX = [
+    _record("d1#s0", "The meeting was held on Friday .", [("Friday", "TIMEX")]),
+    _record("d2#s0", "Sales rose last week and again today .", [("last week", "TIMEX"), ("today", "TIMEX")]),
+    _record("d3#s0", "He left in 1998 .", [("1998", "TIMEX")]),
+]
+COMP = [_record("d4#s0", "They met on Monday and signed .", [("Monday", "TIMEX"), ("met", "EVENT"), ("signed", "EVENT")])]
+ANSWERS = {  # the last text of the prompt -> the canned model answer
+    "The meeting was held on Friday .": '```json\n["Friday"]\n```',
+    "Sales rose last week and again today .": '["week", "today"]',
+    "He left in 1998 .": "I could not find anything, sorry",
+    "They met on Monday and signed .": '{"timex": ["Monday"], "eventx": ["met"]}',
+}
+
+
+def _answer(body: dict) -> str:
+    message = last_user_message(body)
+    return next(answer for text, answer in ANSWERS.items() if message.rstrip().endswith(text))
+
+
+@pytest.fixture()
+def workspace(tmp_path: Path) -> Path:
+    for task, records in (("timex", TIMEX), ("comp", COMP)):
+        write_records(tmp_path / "prepared" / task / "base.jsonl", records)
+        write_records(tmp_path / "prepared" / task / "train.jsonl", records)
+    return tmp_path
+
+
+def _run(workspace: Path, server: FakeOpenAIServer, *extra: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    env["OPENROUTER_API_KEY"] = SECRET
+    overrides = [
+        "model=qwen3_moe",
+        "strategy=D",
+        "dimension=base",
+        "tasks=[timex,comp]",
+        f"model.options.base_url={server.base_url}",
+        "+model.options.max_retries=1",
+        "+model.options.backoff_base_s=0.01",
+        "+model.options.backoff_max_s=0.02",
+        f"paths.prepared={workspace / 'prepared'}",
+        f"paths.cache={workspace / 'cache'}",
+        f"mlflow.tracking_uri=sqlite:///{workspace / 'mlflow.db'}",
+        f"summary={workspace / 'summary.json'}",
+        f"hydra.run.dir={workspace / 'outputs'}",
+        "scoring.bootstrap_resamples=200",
+        *extra,
+    ]
+    return subprocess.run(
+        [sys.executable, "-m", "src.run", *overrides], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
+
+
+def _mlflow_runs(workspace: Path):
+    import mlflow
+
+    client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{workspace / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("tempgen")
+    return client, client.search_runs([experiment.experiment_id], order_by=["attributes.start_time ASC"])
+
+
+def _files_under(path: Path):
+    return [p for p in path.rglob("*") if p.is_file()]
+
+
+def test_run_logs_scores_artifacts_and_caches(workspace: Path):
+    with FakeOpenAIServer(answer=_answer) as server:
+        done = _run(workspace, server)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert server.request_count == 4
+        assert all(auth == f"Bearer {SECRET}" for auth in server.authorizations)
+
+        client, runs = _mlflow_runs(workspace)
+        assert len(runs) == 1
+        run = runs[0]
+        assert run.info.run_name == "qwen3_moe-D" and run.info.status == "FINISHED"
+        params = run.data.params
+        assert params["model_id"] == "qwen/qwen3-235b-a22b-2507"
+        assert params["architecture"] == "moe" and params["strategy"] == "D" and params["k"] == "0"
+        assert params["data_version"].startswith("raw:") and params["git_commit"]
+        metrics = run.data.metrics
+        # timex: matched 1 + (0.5 + 1) + 0 = 2.5 of 3 predictions and 4 gold spans
+        assert metrics["timex.base.precision"] == pytest.approx(2.5 / 3)
+        assert metrics["timex.base.recall"] == pytest.approx(2.5 / 4)
+        assert metrics["timex.base.f1"] == pytest.approx(5 / 7)
+        assert metrics["timex.base.strict_f1"] == pytest.approx(2 * 2 / 7)
+        assert metrics["timex.base.parse_failure_rate"] == pytest.approx(1 / 3)
+        assert metrics["timex.base.f1_ci_low"] <= metrics["timex.base.f1"] <= metrics["timex.base.f1_ci_high"]
+        # comp: Monday and met found, signed missed
+        assert metrics["comp.base.f1"] == pytest.approx(2 * 2 / 5)
+        assert metrics["comp.base.TIMEX.f1"] == pytest.approx(1.0)
+        assert metrics["comp.base.EVENT.recall"] == pytest.approx(0.5)
+
+        artifacts = Path(client.download_artifacts(run.info.run_id, "", str(workspace / "downloaded")))
+        rows = [json.loads(line) for line in (artifacts / "predictions/timex/base.jsonl").read_text().splitlines()]
+        assert [r["id"] for r in rows] == ["d1#s0", "d2#s0", "d3#s0"]
+        assert rows[2]["parse_ok"] is False and rows[2]["raw_output"] == ANSWERS["He left in 1998 ."]
+        boot = json.loads((artifacts / "bootstrap/timex/base.json").read_text())
+        assert boot["stats"]["lcs"] == [[1.0, 1.0, 1.0], [1.5, 2.0, 2.0], [0.0, 0.0, 1.0]]
+        assert len(boot["bootstrap_f1"]) == 200
+        assert (artifacts / "config/resolved.json").exists() and (artifacts / "usage.json").exists()
+
+        summary = json.loads((workspace / "summary.json").read_text())
+        assert summary["complete"] and summary["run_id"] == run.info.run_id
+        assert summary["metrics"]["timex.base.f1"] == pytest.approx(5 / 7, abs=1e-6)
+
+        again = _run(workspace, server)
+        assert again.returncode == 0, again.stderr[-3000:]
+        assert server.request_count == 4, "a finished configuration must be answered from the cache"
+
+    leaked = [str(p) for p in _files_under(workspace) if SECRET.encode() in p.read_bytes()]
+    assert not leaked, f"the API key was written to {leaked}"
+
+
+def test_failed_requests_are_reported_and_a_rerun_completes_them(workspace: Path):
+    with FakeOpenAIServer(answer=_answer) as server:
+        server.inject("He left in", status=500, times=None)
+        failed = _run(workspace, server, "tasks=[timex]")
+        assert failed.returncode == 1
+        output = failed.stdout + failed.stderr
+        assert "d3#s0" in output and "failed after retries" in output
+        _, runs = _mlflow_runs(workspace)
+        assert runs[-1].info.status == "FAILED"
+        assert "timex.base.f1" not in runs[-1].data.metrics  # never scored on a subset
+        assert json.loads((workspace / "summary.json").read_text())["complete"] is False
+
+        server.faults.clear()
+        server.reset_counts()
+        done = _run(workspace, server, "tasks=[timex]")
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert server.request_count == 1, "only the failed request is sent again"
+        _, runs = _mlflow_runs(workspace)
+        assert runs[-1].data.metrics["timex.base.f1"] == pytest.approx(5 / 7)
+
+
+def test_missing_api_key_fails_before_any_request(workspace: Path):
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENROUTER_API_KEY", "MLFLOW_TRACKING_URI")}
+    done = subprocess.run(
+        [sys.executable, "-m", "src.run", "model=qwen3_moe", "strategy=I", "limit=1", "dimension=base",
+         f"paths.prepared={workspace / 'prepared'}", "tasks=[timex]", f"paths.cache={workspace / 'cache'}",
+         f"mlflow.tracking_uri=sqlite:///{workspace / 'mlflow.db'}", f"hydra.run.dir={workspace / 'outputs'}"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode != 0
+    assert "OPENROUTER_API_KEY" in done.stderr
+    assert not (workspace / "mlflow.db").exists() or "qwen3_moe-I" not in (workspace / "mlflow.db").read_bytes().decode("latin-1")
