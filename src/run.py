@@ -20,6 +20,7 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from src.cli import optional_int
 from src.data.schema import Record, read_records
 from src.data.splits import subset_by_id
 from src.evaluate import DatasetEvaluation, InstanceOutput, evaluate_dataset, log_evaluation
@@ -87,8 +88,9 @@ def select_exemplars_for(cfg: DictConfig, strategy: Strategy, task: str) -> list
 
 def generation_budget(cfg: DictConfig, strategy: Strategy, dataset: str) -> int:
     """Max new tokens: the explicit override, else the strategy's budget (larger for documents)."""
-    if cfg.generation.max_tokens is not None:
-        return int(cfg.generation.max_tokens)
+    override = optional_int(cfg.generation.max_tokens)
+    if override is not None:
+        return override
     return strategy.max_tokens_document if dataset in DOCUMENT_DATASETS else strategy.max_tokens
 
 
@@ -99,7 +101,7 @@ def run_dataset(
     from src.models.base import ChatRequest
     from src.models.parsing import parse_answer
 
-    records = subset_by_id(read_records(path), cfg.limit, int(cfg.seed))
+    records = subset_by_id(read_records(path), optional_int(cfg.limit), int(cfg.seed))
     max_tokens = generation_budget(cfg, strategy, dataset)
     requests = [
         ChatRequest(
@@ -152,7 +154,7 @@ def run_params(cfg: DictConfig, strategy: Strategy, files: list[Path]) -> dict[s
         "inductive_plus": strategy.inductive_plus,
         "size_series": model.get("size_series"),
         "dimension": cfg.dimension.name,
-        "limit": cfg.limit,
+        "limit": optional_int(cfg.limit),
         "seed": cfg.seed,
         "git_commit": git_commit(),
         "data_version": data_version(files),

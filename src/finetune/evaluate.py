@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from src.cli import optional_int
 from src.data.schema import read_records
 from src.data.splits import subset_by_id
 from src.evaluate import InstanceOutput, evaluate_dataset, log_evaluation
@@ -105,7 +106,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--datasets", nargs="+", default=list(DEFAULT_DATASETS))
     parser.add_argument("--checkpoints", type=Path, default=Path("models/finetuned"))
     parser.add_argument("--prepared", type=Path, default=None, help="default: paths.prepared of params.yaml")
-    parser.add_argument("--limit", type=int, default=None, help="instances per dataset (seeded subset by id)")
+    parser.add_argument("--limit", type=optional_int, default=None, help="instances per dataset (seeded subset by id)")
     parser.add_argument("--seed", type=int, default=None, help="default: seed of params.yaml")
     parser.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples for the F1 interval")
     parser.add_argument("--batch-size", type=int, default=32)

@@ -33,6 +33,7 @@ from typing import Any
 
 import yaml
 
+from src.cli import optional_int
 from src.data.schema import Record, read_records
 from src.finetune.align import EncodedSentence, encode_tagged
 from src.finetune.bio import record_to_bio, span_label_for_task, tag_set
@@ -389,22 +390,13 @@ def run(model_name: str, task: str, out_dir: str | Path, config: TrainConfig, li
                             run_name=f"finetune-{model_name}-{task}", summary_extra=extra)
 
 
-def _optional_int(text: str) -> int | None:
-    if text.strip().lower() in ("", "null", "none"):
-        return None
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"--limit must be >= 1, got {value}")
-    return value
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Fine-tune a BIO token classifier for one task.")
     parser.add_argument("--model", required=True, help="model choice (src.finetune.models.MODEL_SPECS)")
     parser.add_argument("--task", required=True, choices=["timex", "eventx"])
     parser.add_argument("--out", required=True, help="checkpoint folder to write")
     parser.add_argument("--params", default=None, help="params.yaml with a 'finetune' block (default: built-in values)")
-    parser.add_argument("--limit", type=_optional_int, default=None,
+    parser.add_argument("--limit", type=optional_int, default=None,
                         help="use only the first N train and N val records ('null': all, for DVC templating)")
     parser.add_argument("--train-file", default=None, help="default: <data_dir>/<task>/train.jsonl")
     parser.add_argument("--val-file", default=None, help="default: <data_dir>/<task>/val.jsonl")

@@ -1,0 +1,64 @@
+"""The real ``conf/`` composes for every model, strategy and dimension, as ``src.run`` would."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from src.params import lookup, register_resolver
+from src.prompts import strategy_from_config
+
+CONF = Path(__file__).resolve().parents[1] / "conf"
+MODELS = sorted(p.stem for p in (CONF / "model").glob("*.yaml"))
+STRATEGIES = sorted(p.stem for p in (CONF / "strategy").glob("*.yaml"))
+DIMENSIONS = sorted(p.stem for p in (CONF / "dimension").glob("*.yaml"))
+
+register_resolver()
+
+
+def _compose(*overrides: str):
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose(config_name="config", overrides=list(overrides))
+
+
+def test_default_configuration_is_the_embedded_model_and_reads_params_yaml():
+    cfg = _compose()
+    assert cfg.model.name == "smollm2_135m" and cfg.model.backend == "transformers"
+    assert cfg.seed == lookup("seed")
+    assert cfg.paths.prepared == lookup("paths.prepared")
+    assert cfg.mlflow.run_name == "smollm2_135m-I"
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_every_model_composes_with_the_required_fields(model):
+    cfg = _compose(f"model={model}")
+    for key in ("name", "family", "architecture", "params_total_b", "params_active_b", "context_length", "backend", "model_id"):
+        assert cfg.model[key] is not None, f"{model}: {key} missing"
+    assert cfg.model.architecture in ("dense", "moe")
+    assert cfg.model.params_active_b <= cfg.model.params_total_b
+    OmegaConf.to_container(cfg, resolve=True)  # every interpolation resolves
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_every_strategy_composes_and_validates(strategy):
+    cfg = _compose(f"strategy={strategy}")
+    parsed = strategy_from_config(cfg.strategy)
+    assert parsed.name == strategy
+    assert parsed.inductive_plus == ("I" in strategy.split("+"))
+
+
+@pytest.mark.parametrize("dimension", DIMENSIONS)
+def test_every_dimension_lists_known_tasks_and_datasets(dimension):
+    cfg = _compose(f"dimension={dimension}")
+    assert set(cfg.dimension.datasets) == {"timex", "eventx", "comp"}
+    known = {"base", "adv", "adv_p", "t2c", "voc", "len"}
+    for datasets in cfg.dimension.datasets.values():
+        assert set(datasets) <= known
+
+
+def test_the_study_has_thirteen_task_dataset_pairs():
+    cfg = _compose("dimension=all")
+    assert sum(len(v) for v in cfg.dimension.datasets.values()) == 13
