@@ -99,3 +99,29 @@ def test_round_trip_on_prepared_data(path):
         elif round_trip(record, label) != gold:
             failures.append(f"{record.id}: {[s.text for s in gold]} -> {[s.text for s in round_trip(record, label)]}")
     assert not failures, f"{len(failures)} records of {path} do not round-trip, e.g. {failures[:5]}"
+
+
+RAW = Path(__file__).resolve().parents[2] / "data" / "raw" / "timebank-1.2"
+
+
+@pytest.mark.skipif(not RAW.is_dir(), reason="data/raw not pulled (dvc pull data.dvc)")
+def test_round_trip_on_freshly_prepared_data():
+    """The same check on datasets built from the raw corpora, so it runs on a fresh clone too."""
+    import copy
+
+    import yaml
+
+    from src.data.prepare import build_datasets
+
+    root = RAW.parents[2]
+    params = yaml.safe_load((root / "params.yaml").read_text())
+    cfg = copy.deepcopy(params)
+    for key in ("timebank_dir", "aquaint_dir", "e3c_dir"):
+        cfg["data"][key] = str(root / cfg["data"][key])
+    failures = []
+    for (task, name), records in build_datasets(cfg, params["seed"]).items():
+        if task == "comp":
+            continue
+        label = span_label_for_task(task)
+        failures += [f"{task}/{name}/{r.id}" for r in records if round_trip(r, label) != non_overlapping(expected(r, label))]
+    assert not failures, f"{len(failures)} records do not round-trip, e.g. {failures[:5]}"
