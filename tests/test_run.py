@@ -19,7 +19,7 @@ from src.data.schema import Record, Span, write_records
 from tests.models.fake_openai_server import FakeOpenAIServer, last_user_message
 
 ROOT = Path(__file__).resolve().parents[1]
-SECRET = "sk-or-v1-test-secret-never-logged-0123456789"
+SECRET = "fake-openrouter-key-never-logged-0123456789"
 
 
 def _record(rid: str, text: str, spans: list[tuple[str, str]]) -> Record:

@@ -13,7 +13,7 @@ from src.models.openai_backend import MissingAPIKeyError, OpenAIBackend
 from tests.models.fake_openai_server import FakeOpenAIServer
 
 KEY_ENV = "TEMPGEN_TEST_API_KEY"
-SECRET = "sk-test-7f3a9c1e-DO-NOT-LEAK"
+SECRET = "fake-key-7f3a9c1e-DO-NOT-LEAK"
 
 
 @pytest.fixture
