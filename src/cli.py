@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+import json
+import sys
+from typing import Any, Callable
 
 
 def optional_int(value: Any) -> int | None:
@@ -27,3 +29,20 @@ def optional_int(value: Any) -> int | None:
     if number < 0:
         raise ValueError(f"expected a non-negative integer or null, got {number}")
     return number
+
+
+def print_json_report(build: Callable[[], dict]) -> int:
+    """Run ``build`` and print its report as JSON; bad input is one line on stderr and exit code 2.
+
+    ``src.score`` and ``src.compare`` share this so their output and error contract match.
+    """
+    from src.data.schema import DataError
+
+    try:
+        report = build()
+    except (DataError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    json.dump(report, sys.stdout, indent=2)
+    sys.stdout.write("\n")
+    return 0

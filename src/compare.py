@@ -9,11 +9,11 @@ ids; bad input exits with status 2 and a message naming file and line.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any, Sequence
 
 from src.data.schema import DataError
+from src.cli import print_json_report
 from src.metrics import METRICS, score_pairs
 from src.predictions import pair_predictions, read_gold, read_predictions
 from src.stats import paired_bootstrap
@@ -57,16 +57,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.resamples < 1:
         print("error: --resamples must be >= 1", file=sys.stderr)
         return 2
-    try:
-        report = compare_files(
-            args.gold, args.pred_a, args.pred_b, args.resamples, args.seed, args.metric, args.lowercase
-        )
-    except (DataError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    json.dump(report, sys.stdout, indent=2)
-    sys.stdout.write("\n")
-    return 0
+    return print_json_report(
+        lambda: compare_files(args.gold, args.pred_a, args.pred_b, args.resamples, args.seed, args.metric, args.lowercase)
+    )
 
 
 if __name__ == "__main__":

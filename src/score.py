@@ -10,11 +10,10 @@ has both labels. Bad input exits with status 2 and a message naming file and lin
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any, Sequence
 
-from src.data.schema import DataError
+from src.cli import print_json_report
 from src.metrics import METRICS, ScoreResult, score_pairs
 from src.predictions import load_pairs
 from src.stats import bootstrap_f1, percentile_interval, resample_counts
@@ -56,14 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.bootstrap < 0:
         print("error: --bootstrap must be >= 0", file=sys.stderr)
         return 2
-    try:
-        report = score_files(args.gold, args.pred, args.bootstrap, args.seed, args.lowercase)
-    except (DataError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    json.dump(report, sys.stdout, indent=2)
-    sys.stdout.write("\n")
-    return 0
+    return print_json_report(lambda: score_files(args.gold, args.pred, args.bootstrap, args.seed, args.lowercase))
 
 
 if __name__ == "__main__":
