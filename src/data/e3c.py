@@ -14,7 +14,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from src.data.schema import DataError, Document, Span, check_spans
+from src.data.schema import DataError, Document, Span, check_spans, corpus_files
 from src.data.timeml import parse_xml_file
 
 CAS_NS = "http:///uima/cas.ecore"
@@ -107,10 +107,4 @@ def read_e3c(path: str | Path, source: str = "e3c") -> Document:
 
 def read_e3c_dir(directory: str | Path, source: str = "e3c") -> list[Document]:
     """Read every ``*.xml`` file of a folder, sorted by file name."""
-    directory = Path(directory)
-    if not directory.is_dir():
-        raise DataError(directory, "not a directory")
-    paths = sorted(directory.glob("*.xml"), key=lambda p: p.name)
-    if not paths:
-        raise DataError(directory, "no .xml files")
-    return [read_e3c(p, source) for p in paths]
+    return [read_e3c(p, source) for p in corpus_files(directory, ".xml")]

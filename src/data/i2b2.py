@@ -26,7 +26,7 @@ import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from src.data.schema import DataError, Document, Span, check_spans
+from src.data.schema import DataError, Document, Span, check_spans, corpus_files
 
 logger = logging.getLogger(__name__)
 
@@ -136,10 +136,5 @@ def read_i2b2_dir(
     directory: str | Path, source: str = "i2b2", repair_ampersands: bool = True
 ) -> list[Document]:
     """Read every ``*.xml`` file of a folder (the user's i2b2 path), sorted by file name."""
-    directory = Path(directory)
-    if not directory.is_dir():
-        raise DataError(directory, "not a directory (set the i2b2 path to the folder of .xml files)")
-    paths = sorted(directory.glob("*.xml"), key=lambda p: p.name)
-    if not paths:
-        raise DataError(directory, "no .xml files")
+    paths = corpus_files(directory, ".xml", hint="set the i2b2 path to the folder of .xml files")
     return [read_i2b2(p, source, repair_ampersands) for p in paths]

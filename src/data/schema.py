@@ -159,3 +159,14 @@ def write_records(path: str | Path, records: Iterable[Record]) -> int:
             handle.write(json.dumps(record.to_dict(), ensure_ascii=False) + "\n")
             count += 1
     return count
+
+
+def corpus_files(directory: str | Path, suffix: str, hint: str = "") -> list[Path]:
+    """The ``*{suffix}`` files of a corpus folder, sorted by name; a missing or empty folder is a DataError."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise DataError(directory, "not a directory" + (f" ({hint})" if hint else ""))
+    paths = sorted(directory.glob(f"*{suffix}"), key=lambda p: p.name)
+    if not paths:
+        raise DataError(directory, f"no {suffix} files")
+    return paths

@@ -27,7 +27,7 @@ import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from src.data.schema import DataError, Document, Span, check_spans
+from src.data.schema import DataError, Document, Span, check_spans, corpus_files
 
 SPAN_LABELS = {"TIMEX3": "TIMEX", "EVENT": "EVENT"}
 LINK_TAGS = frozenset({"MAKEINSTANCE", "TLINK", "SLINK", "ALINK"})
@@ -168,10 +168,4 @@ def read_timeml(path: str | Path, source: str | None = None) -> Document:
 
 def read_timeml_dir(directory: str | Path, source: str | None = None) -> list[Document]:
     """Read every ``*.tml`` file of a folder, sorted by file name."""
-    directory = Path(directory)
-    if not directory.is_dir():
-        raise DataError(directory, "not a directory")
-    paths = sorted(directory.glob("*.tml"), key=lambda p: p.name)
-    if not paths:
-        raise DataError(directory, "no .tml files")
-    return [read_timeml(p, source) for p in paths]
+    return [read_timeml(p, source) for p in corpus_files(directory, ".tml")]
