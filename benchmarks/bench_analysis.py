@@ -5,7 +5,7 @@ families with a dense and a MoE model each) x 13 task-dataset pairs x 400 instan
 10,000 bootstrap resamples. ``src.analyze.run_analysis`` draws one resample matrix per
 dataset, gets every configuration's F1 for every resample from one matrix product, tests
 all 11,193 pairs at once, applies the correction and answers RQ1-RQ3. The reference runs
-``src.stats.paired_bootstrap`` (its own resamples) for a sample of pairs and extrapolates
+``src.scoring.stats.paired_bootstrap`` (its own resamples) for a sample of pairs and extrapolates
 to all of them. Target: the whole analysis in at most 10 s on 2 cores. Loading runs from
 MLflow and drawing figures are not part of this number.
 
@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from src.analyze import run_analysis  # noqa: E402
 from src.report.loading import build_study  # noqa: E402
 from src.report.rq import dataset_seed  # noqa: E402
-from src.stats import paired_bootstrap, resample_counts  # noqa: E402
+from src.scoring.stats import paired_bootstrap, resample_counts  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "analysis.json"
 STRATEGIES = ("I", "D", "A", "D+I", "A+I", "A+D", "A+D+I")

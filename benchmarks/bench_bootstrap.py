@@ -2,12 +2,12 @@
 
 Three measurements (synthetic data, seeded):
 
-1. one paired bootstrap test, 10,000 resamples x 400 instances: ``src.stats.paired_bootstrap``
+1. one paired bootstrap test, 10,000 resamples x 400 instances: ``src.scoring.stats.paired_bootstrap``
    (count matrix + one matrix product) against two pure-Python loops: a straightforward
    one (draw a sample of indices, sum each statistic over it, compare F1s) and a
    hand-tuned one (running sums in local variables, no intermediate lists).
    Target: >= 100x.
-2. scoring throughput: ``src.metrics.score_pairs`` on 400 sentence-sized instances and on
+2. scoring throughput: ``src.scoring.metrics.score_pairs`` on 400 sentence-sized instances and on
    80 document-sized ones (many spans each).
 3. the paper-scale analysis, 42 systems x 13 datasets x 400 instances x 10,000 resamples:
    one shared resample matrix per dataset and ``all_pairs_bootstrap``, against one
@@ -33,8 +33,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from src.data.schema import Record, Span  # noqa: E402
-from src.metrics import score_pairs  # noqa: E402
-from src.stats import all_pairs_bootstrap, paired_bootstrap  # noqa: E402
+from src.scoring.metrics import score_pairs  # noqa: E402
+from src.scoring.stats import all_pairs_bootstrap, paired_bootstrap  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "bootstrap.json"
 VOCAB = "the a last next week month year day Monday Friday May June morning noon said met left rain three two".split()

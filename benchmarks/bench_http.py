@@ -26,8 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script 
 import httpx  # noqa: E402
 import openai  # noqa: E402
 
-from src.models.base import ChatRequest  # noqa: E402
-from src.models.openai_backend import OpenAIBackend  # noqa: E402
+from src.backends.base import ChatRequest  # noqa: E402
+from src.backends.openai_backend import OpenAIBackend  # noqa: E402
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 RESULTS = PROJECT_ROOT / "benchmarks" / "results" / "http.json"
@@ -39,7 +39,7 @@ class ServerProcess:
     def __init__(self, latency_s: float) -> None:
         self.latency_s = latency_s
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "tests.models.fake_openai_server", "--latency", str(latency_s)],
+            [sys.executable, "-m", "tests.backends.fake_openai_server", "--latency", str(latency_s)],
             cwd=PROJECT_ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
         )
         self.base_url = self.process.stdout.readline().strip()

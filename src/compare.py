@@ -2,7 +2,7 @@
 
 Prints one JSON object with ``f1_a``, ``f1_b``, ``delta`` (A - B), ``delta_ci95``,
 ``p_value`` (one-sided, "A better than B") and ``p_value_two_sided``; see
-``src.stats`` for the exact test. Both prediction files must cover exactly the gold
+``src.scoring.stats`` for the exact test. Both prediction files must cover exactly the gold
 ids; bad input exits with status 2 and a message naming file and line.
 """
 
@@ -14,9 +14,9 @@ from typing import Any, Sequence
 
 from src.data.schema import DataError
 from src.cli import print_json_report
-from src.metrics import METRICS, score_pairs
-from src.predictions import pair_predictions, read_gold, read_predictions
-from src.stats import paired_bootstrap
+from src.scoring.metrics import METRICS, score_pairs
+from src.scoring.predictions import pair_predictions, read_gold, read_predictions
+from src.scoring.stats import paired_bootstrap
 
 
 def compare_files(

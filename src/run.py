@@ -23,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from src.cli import optional_int
 from src.data.schema import Record, read_records
 from src.data.splits import subset_by_id
-from src.evaluate import DatasetEvaluation, InstanceOutput, evaluate_dataset, log_evaluation
+from src.scoring.evaluate import DatasetEvaluation, InstanceOutput, evaluate_dataset, log_evaluation
 from src.params import register_resolver
 from src.prompts import Strategy, build_messages, select_exemplars, strategy_from_config
 from src.tracking import data_version, environment_secrets, git_commit, log_json_artifact, redact, start_experiment
@@ -70,8 +70,8 @@ def planned_datasets(cfg: DictConfig) -> list[tuple[str, str, Path]]:
 
 def build_backend(cfg: DictConfig):
     """The model's backend wrapped in the shared response cache."""
-    from src.models import create_backend
-    from src.models.cache import CachedBackend, ResponseCache
+    from src.backends import create_backend
+    from src.backends.cache import CachedBackend, ResponseCache
 
     options = OmegaConf.to_container(cfg.model.get("options") or {}, resolve=True)
     backend = create_backend(cfg.model.backend, model_id=cfg.model.model_id, **options)
@@ -98,8 +98,8 @@ def run_dataset(
     cfg: DictConfig, backend, strategy: Strategy, task: str, dataset: str, path: Path, exemplars: list[Record]
 ) -> DatasetOutcome:
     """Generate, parse and score one dataset."""
-    from src.models.base import ChatRequest
-    from src.models.parsing import parse_answer
+    from src.backends.base import ChatRequest
+    from src.prompts.parsing import parse_answer
 
     records = subset_by_id(read_records(path), optional_int(cfg.limit), int(cfg.seed))
     max_tokens = generation_budget(cfg, strategy, dataset)

@@ -14,9 +14,9 @@ import sys
 from typing import Any, Sequence
 
 from src.cli import print_json_report
-from src.metrics import METRICS, ScoreResult, score_pairs
-from src.predictions import load_pairs
-from src.stats import bootstrap_f1, percentile_interval, resample_counts
+from src.scoring.metrics import METRICS, ScoreResult, score_pairs
+from src.scoring.predictions import load_pairs
+from src.scoring.stats import bootstrap_f1, percentile_interval, resample_counts
 
 
 def add_confidence_intervals(block: dict[str, Any], result: ScoreResult, counts, confidence: float = 0.95) -> None:

@@ -143,7 +143,7 @@ def test_embedded_default_points_at_the_installed_gguf(conf_dir):
 @pytest.mark.parametrize("name", MODEL_FILES)
 def test_backend_accepts_the_options(conf_dir, name):
     """``create_backend(model.backend, model_id=..., **model.options)`` must not reject a key."""
-    models = pytest.importorskip("src.models")
+    models = pytest.importorskip("src.backends")
     model = _compose(conf_dir, [f"model={name}"])["model"]
     module_name, class_name, _ = models.BACKENDS[model["backend"]]
     backend_class = getattr(importlib.import_module(module_name), class_name)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from src.data.schema import Record, Span, write_records
-from tests.models.fake_openai_server import FakeOpenAIServer, last_user_message
+from tests.backends.fake_openai_server import FakeOpenAIServer, last_user_message
 
 ROOT = Path(__file__).resolve().parents[1]
 SECRET = "fake-openrouter-key-never-logged-0123456789"

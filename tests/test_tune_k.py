@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from src.data.schema import write_records
-from tests.models.fake_openai_server import FakeOpenAIServer, last_user_message
+from tests.backends.fake_openai_server import FakeOpenAIServer, last_user_message
 from tests.test_run import ROOT, _record
 
 TRAIN = [_record(f"t{i}#s0", f"Report number {i} came on Friday .", [("Friday", "TIMEX")]) for i in range(12)]

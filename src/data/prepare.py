@@ -22,7 +22,7 @@ from src.data.schema import Document, Record, Span, write_records
 from src.data.segment import load_segmenter, merge_crossing, segment_documents
 from src.data.splits import sample_in_order, split_documents
 from src.data.timeml import read_timeml_dir
-from src.text import words
+from src.data.text import words
 
 log = logging.getLogger(__name__)
 

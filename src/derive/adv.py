@@ -36,7 +36,7 @@ from src.derive.attack_recipes import CharAttackSettings, WordAttackSettings, ch
 from src.derive.attack_victim import VictimModel
 from src.derive.examples import write_report
 from src.finetune.bio import span_label_for_task
-from src.text import words
+from src.data.text import words
 
 log = logging.getLogger(__name__)
 

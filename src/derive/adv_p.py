@@ -29,8 +29,8 @@ from src.data.splits import subset_by_id
 from src.derive import optional_int
 from src.derive.alignment import AlignmentError, changed_words, count_changed_words, derived_record, relocate_in_order
 from src.derive.examples import write_report
-from src.models.base import Backend, ChatRequest
-from src.text import words
+from src.backends.base import Backend, ChatRequest
+from src.data.text import words
 
 log = logging.getLogger(__name__)
 
@@ -236,8 +236,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
 
-    from src.models import create_backend
-    from src.models.cache import CachedBackend, ResponseCache
+    from src.backends import create_backend
+    from src.backends.cache import CachedBackend, ResponseCache
 
     records = read_records(args.input)
     if not records:

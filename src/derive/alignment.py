@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from src.data.schema import Record, Span, check_spans
-from src.text import word_offsets
+from src.data.text import word_offsets
 
 _WORD_CHAR = re.compile(r"\w")
 
@@ -69,7 +69,7 @@ def occurrences(text: str, needle: str, whole_words: bool = True) -> list[int]:
     """Start offsets of every occurrence of ``needle`` (overlapping ones included).
 
     With ``whole_words`` an occurrence must not cut a word in two (so "day" is not found
-    inside "Monday"), the same notion of word as :mod:`src.text`.
+    inside "Monday"), the same notion of word as :mod:`src.data.text`.
     """
     if not needle:
         raise ValueError("cannot locate an empty span string")

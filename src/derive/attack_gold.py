@@ -18,7 +18,7 @@ from src.derive.alignment import (
     word_swap_edits,
 )
 from src.finetune.bio import non_overlapping, record_to_bio
-from src.text import word_offsets
+from src.data.text import word_offsets
 from textattack.shared.utils import words_from_text
 
 Bio = tuple[list[str], list[tuple[int, int]], list[str]]

@@ -13,7 +13,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from src.derive import attack_env  # noqa: F401  (NLTK data path, before textattack)
-from src.text import word_offsets
+from src.data.text import word_offsets
 from textattack.models.wrappers import ModelWrapper
 
 WordSplitter = Callable[[str], list[tuple[int, int]]]

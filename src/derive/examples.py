@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from src.data.schema import Record, Span, read_records
-from src.text import word_offsets
+from src.data.text import word_offsets
 
 _MARKDOWN_SPECIAL = re.compile(r"([\\`*_~\[\]<>#|])")
 # when several marks fall on one offset: closing marks, then a deletion, then opening marks

@@ -26,7 +26,7 @@ from src.data.splits import subset_by_id
 from src.derive import optional_int
 from src.derive.alignment import TextEdit, apply_edits, derived_record, shift_spans
 from src.derive.examples import write_report
-from src.text import word_offsets, words
+from src.data.text import word_offsets, words
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Character spans <-> word-level BIO tags, the task formulation of the token classifiers.
 
-Words are the project's words (:func:`src.text.word_offsets`). Gold spans do not always
+Words are the project's words (:func:`src.data.text.word_offsets`). Gold spans do not always
 start and end on those word boundaries: "1990" is a TIMEX inside the word "1990s", and
 "mid-1990s" style spans cut runs of word characters too. To make the round trip
 gold spans -> tags -> spans lossless, :func:`record_to_bio` additionally splits a word
@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 
 from src.data.schema import Record, Span
-from src.text import word_offsets
+from src.data.text import word_offsets
 
 logger = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from typing import Any
 from src.cli import optional_int
 from src.data.schema import read_records
 from src.data.splits import subset_by_id
-from src.evaluate import InstanceOutput, evaluate_dataset, log_evaluation
+from src.scoring.evaluate import InstanceOutput, evaluate_dataset, log_evaluation
 from src.finetune.models import MODEL_SPECS
 from src.finetune.predict import TokenClassifier
 from src.params import lookup

@@ -24,7 +24,7 @@ import numpy as np
 from src.data.schema import Record, Span, read_records
 from src.finetune.bio import OUTSIDE, TAG_SUFFIX, tag_set
 from src.finetune.windows import merge_window_spans, plan_windows, window_spans
-from src.text import word_offsets
+from src.data.text import word_offsets
 
 logger = logging.getLogger(__name__)
 

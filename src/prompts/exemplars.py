@@ -7,7 +7,7 @@ and reproducible:
    ``comp/train`` split), keeping only those with at least one span of the task's
    label(s) (for ``comp``: at least one TIMEX *and* one EVENT) and with a non-empty text.
    The pool is sorted by record id, so the input order does not matter.
-2. **Short first**: only records whose word count (``src.text.words``) is at most the
+2. **Short first**: only records whose word count (``src.data.text.words``) is at most the
    pool's median word count are kept, so that prompts stay small for small-context
    models. If that leaves fewer than ``k`` records, the whole pool is used.
 3. **Stratify by number of spans**: records are grouped by their number of target spans,
@@ -29,7 +29,7 @@ import statistics
 from collections.abc import Sequence
 
 from src.data.schema import Record, Span
-from src.text import words
+from src.data.text import words
 
 from . import templates
 

@@ -1,7 +1,7 @@
 """The study's research questions as pure functions on arrays and DataFrames.
 
 * Pairwise tests: one shared resample matrix per dataset, every pair of configurations
-  tested at once (``src.stats.all_pairs_bootstrap``); a multiple-comparison correction
+  tested at once (``src.scoring.stats.all_pairs_bootstrap``); a multiple-comparison correction
   over the family of all pairwise tests of the study (every unordered pair on every
   dataset), applied to the one-sided p-value in the observed direction.
 * RQ1: for ordered pairs (i, j) with i significantly better than j on a reference
@@ -24,8 +24,8 @@ import numpy as np
 import pandas as pd
 
 from src.report.loading import DATASET_ORDER, STRATEGY_ORDER, TASK_ORDER, ordered_keys  # noqa: F401
-from src.stats import OUTCOMES, all_pairs_bootstrap, benjamini_hochberg, classify_outcome, holm, resample_counts
-from src.stats import spearman, spearman_matrix
+from src.scoring.stats import OUTCOMES, all_pairs_bootstrap, benjamini_hochberg, classify_outcome, holm, resample_counts
+from src.scoring.stats import spearman, spearman_matrix
 
 CORRECTIONS = {"holm": holm, "bh": benjamini_hochberg}
 MIN_RANKED = 3

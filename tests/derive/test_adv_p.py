@@ -11,8 +11,8 @@ from src.data.schema import Record, Span, check_spans, read_records, write_recor
 from src.derive import adv_p
 from src.derive.adv_p import check_rewrite, extract_rewrite, rewrite_request
 from src.derive.alignment import AlignmentError
-from src.models.base import ChatRequest
-from tests.models.fake_openai_server import FakeOpenAIServer, last_user_message
+from src.backends.base import ChatRequest
+from tests.backends.fake_openai_server import FakeOpenAIServer, last_user_message
 
 
 def make_record(id_: str, text: str, *strings: str) -> Record:

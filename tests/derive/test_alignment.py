@@ -20,7 +20,7 @@ from src.derive.alignment import (
     shift_spans,
     word_swap_edits,
 )
-from src.text import word_offsets
+from src.data.text import word_offsets
 
 
 def record(text: str, *strings: str, label: str = "TIMEX") -> Record:

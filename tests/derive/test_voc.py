@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from src.data.schema import Record, Span, check_spans, read_records, write_records
 from src.derive import voc
 from src.derive.voc import VocabularyShifter, match_case, pseudo_word, word_frequencies
-from src.text import word_offsets, words
+from src.data.text import word_offsets, words
 
 TRAIN_TEXT = "The officials said the government would meet the company on Monday and the officials agreed."
 

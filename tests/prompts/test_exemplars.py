@@ -7,7 +7,7 @@ import statistics
 import pytest
 
 from src.prompts import exemplar_order, select_exemplars, target_spans
-from src.text import words
+from src.data.text import words
 
 from . import build_train_records, make_record
 

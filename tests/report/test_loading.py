@@ -1,7 +1,7 @@
 """Loading an experiment from a real MLflow SQLite store written with the project's own logging code.
 
 ``log_study`` builds the store (also used by ``test_report.py``): runs are created with
-``src.evaluate.evaluate_dataset`` + ``log_evaluation`` so the artifact formats stay in
+``src.scoring.evaluate.evaluate_dataset`` + ``log_evaluation`` so the artifact formats stay in
 sync with what ``src.run`` logs.
 """
 
@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from src.data.schema import Record, Span
-from src.evaluate import InstanceOutput, evaluate_dataset, log_evaluation
+from src.scoring.evaluate import InstanceOutput, evaluate_dataset, log_evaluation
 from src.report.loading import build_study, load_study, stack_dataset
 
 INSTANCES = 20

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from src.models.base import ChatRequest, GenerationResult
-from src.models.cache import CachedBackend, ResponseCache, cache_key, cache_key_fields
-from src.models.openai_backend import OpenAIBackend
-from tests.models.fake_openai_server import FakeOpenAIServer
+from src.backends.base import ChatRequest, GenerationResult
+from src.backends.cache import CachedBackend, ResponseCache, cache_key, cache_key_fields
+from src.backends.openai_backend import OpenAIBackend
+from tests.backends.fake_openai_server import FakeOpenAIServer
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
@@ -153,7 +153,7 @@ def test_a_different_backend_option_misses(tmp_path):
 
 WRITER_SCRIPT = """
 import sys
-from src.models.cache import ResponseCache, cache_key
+from src.backends.cache import ResponseCache, cache_key
 directory, worker, rounds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 cache = ResponseCache(directory)
 for round_number in range(rounds):
@@ -190,9 +190,9 @@ def test_interrupted_http_run_resumes_with_only_missing_requests(tmp_path, monke
     with FakeOpenAIServer(latency_s=0.15) as server:
         script = f"""
 import sys
-from src.models.base import ChatRequest
-from src.models.cache import CachedBackend, ResponseCache
-from src.models.openai_backend import OpenAIBackend
+from src.backends.base import ChatRequest
+from src.backends.cache import CachedBackend, ResponseCache
+from src.backends.openai_backend import OpenAIBackend
 backend = OpenAIBackend(model_id="m", base_url="{server.base_url}", max_concurrency=2, api_key_env="")
 requests = [ChatRequest((("user", f"item {{i}}"),), request_id=str(i)) for i in range({total})]
 CachedBackend(backend, ResponseCache(sys.argv[1])).generate(requests)

@@ -19,7 +19,7 @@ from typing import Any, Sequence
 
 from tqdm.auto import tqdm
 
-from src.models.base import ChatRequest, GenerationResult, ResultCallback
+from src.backends.base import ChatRequest, GenerationResult, ResultCallback
 
 logger = logging.getLogger(__name__)
 

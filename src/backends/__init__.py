@@ -10,12 +10,12 @@ from __future__ import annotations
 import importlib
 import inspect
 
-from src.models.base import Backend, ChatRequest, GenerationResult, ResultCallback
+from src.backends.base import Backend, ChatRequest, GenerationResult, ResultCallback
 
 BACKENDS: dict[str, tuple[str, str, str]] = {
     # name: (module, class, pip package that provides the heavy dependency)
-    "openai": ("src.models.openai_backend", "OpenAIBackend", "openai"),
-    "transformers": ("src.models.transformers_backend", "TransformersBackend", "transformers torch"),
+    "openai": ("src.backends.openai_backend", "OpenAIBackend", "openai"),
+    "transformers": ("src.backends.transformers_backend", "TransformersBackend", "transformers torch"),
 }
 
 __all__ = ["BACKENDS", "Backend", "ChatRequest", "GenerationResult", "ResultCallback", "create_backend"]

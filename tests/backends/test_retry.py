@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from src.models.retry import RetryPolicy, is_retryable_status, parse_retry_after
+from src.backends.retry import RetryPolicy, is_retryable_status, parse_retry_after
 
 
 @pytest.mark.parametrize("status, retryable", [(408, True), (429, True), (500, True), (502, True), (503, True),

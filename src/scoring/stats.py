@@ -3,7 +3,7 @@
 Resampling is represented as a count matrix ``counts`` of shape (R, N): row r says
 how often each of the N instances was drawn in resample r (N draws with
 replacement). Because micro-F1 depends only on summed per-instance statistics
-``(matched, n_pred, n_gold)`` (see ``src.metrics``), the F1 of every resample of
+``(matched, n_pred, n_gold)`` (see ``src.scoring.metrics``), the F1 of every resample of
 every system is one matrix product ``counts @ stats``; sharing one count matrix
 per dataset across systems makes all pairwise tests *paired* and cheap. Given a
 seed instead of ``counts``, the same resamples are drawn and multiplied block by
@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Iterator
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from src.metrics import precision_recall_f1
+from src.scoring.metrics import precision_recall_f1
 
 if TYPE_CHECKING:  # pandas and scipy.stats are imported where used: the CLIs start faster
     import pandas as pd

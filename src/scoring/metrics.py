@@ -2,12 +2,12 @@
 
 Every instance is reduced to small per-instance sufficient statistics
 ``(matched, n_pred, n_gold)`` for each metric, so a dataset's micro-F1, and the
-F1 of any bootstrap resample (``src.stats``), is a sum and a division, never a
+F1 of any bootstrap resample (``src.scoring.stats``), is a sum and a division, never a
 re-matching.
 
 Definitions (tested in ``tests/test_metrics.py``):
 
-* Words come from :func:`src.text.words` (case-sensitive unless ``lowercase``).
+* Words come from :func:`src.data.text.words` (case-sensitive unless ``lowercase``).
 * ``lcs``: similarity ``LCS(p, g) / max(|p|, |g|)`` over words (0 when a side has no
   words); one-to-one matching maximizing the total similarity (Hungarian); the
   instance's ``matched`` is that total.
@@ -45,7 +45,7 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 
 from src.data.schema import LABELS, Record, Span
-from src.text import words
+from src.data.text import words
 
 METRICS = ("lcs", "strict", "relaxed")
 ERROR_TYPES = ("exact", "boundary", "missing", "spurious")
@@ -271,7 +271,7 @@ def score_pairs(pairs: Iterable[tuple[Record, Sequence[Any]]], lowercase: bool =
 def stack_stats(results: Sequence[ScoreResult], metric: str = "lcs") -> np.ndarray:
     """Per-instance statistics of several systems on the same instances as one (S, N, 3) array.
 
-    This is the input of ``src.stats.bootstrap_f1_matrix`` / ``all_pairs_bootstrap``.
+    This is the input of ``src.scoring.stats.bootstrap_f1_matrix`` / ``all_pairs_bootstrap``.
 
     Raises:
         ValueError: the results do not cover the same instance ids in the same order.

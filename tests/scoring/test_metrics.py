@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from src.data.schema import Record, Span
-from src.metrics import (
+from src.scoring.metrics import (
     InstanceScore,
     PredictedSpan,
     as_predicted_span,

@@ -13,8 +13,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from src.data.schema import Record
-from src.metrics import ScoreResult, score_pairs
-from src.stats import bootstrap_f1, percentile_interval, resample_counts
+from src.scoring.metrics import ScoreResult, score_pairs
+from src.scoring.stats import bootstrap_f1, percentile_interval, resample_counts
 
 
 @dataclass

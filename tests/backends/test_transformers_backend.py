@@ -9,9 +9,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before anything imports huggingf
 
 import pytest  # noqa: E402
 
-from src.models.base import ChatRequest  # noqa: E402
-from src.models.cache import CachedBackend, ResponseCache, cache_key  # noqa: E402
-from src.models.transformers_backend import (  # noqa: E402
+from src.backends.base import ChatRequest  # noqa: E402
+from src.backends.cache import CachedBackend, ResponseCache, cache_key  # noqa: E402
+from src.backends.transformers_backend import (  # noqa: E402
     MIN_SHARED_PREFIX_TOKENS,
     TransformersBackend,
     _shared_prefix_length,

@@ -1,7 +1,7 @@
 """Backend for any OpenAI-compatible chat endpoint: OpenRouter (default), vLLM, llama.cpp server.
 
 Requests run concurrently on one event loop, bounded by a semaphore; the ``openai`` client's own
-retries are disabled so that retrying follows :mod:`src.models.retry` (backoff with full jitter,
+retries are disabled so that retrying follows :mod:`src.backends.retry` (backoff with full jitter,
 ``Retry-After`` honoured, and a rate limit pauses every request, not only the one that hit it).
 The API key is read from an environment variable named in the config and never appears in a
 message, log line, repr or result.
@@ -25,8 +25,8 @@ import openai
 from openai.types.chat import ChatCompletion
 from tqdm.auto import tqdm
 
-from src.models.base import ChatRequest, GenerationResult, ResultCallback
-from src.models.retry import RetryPolicy, is_retryable_status, parse_retry_after
+from src.backends.base import ChatRequest, GenerationResult, ResultCallback
+from src.backends.retry import RetryPolicy, is_retryable_status, parse_retry_after
 
 logger = logging.getLogger(__name__)
 

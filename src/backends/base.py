@@ -23,6 +23,13 @@ class ChatRequest:
         temperature: 0 means greedy / deterministic (the only cacheable setting).
         seed: sent to providers that accept one; seeds sampling in local backends.
         request_id: the caller's label (e.g. the instance id); not part of the cache key.
+        response_schema: canonical JSON text of a JSON schema the answer must follow (a
+            string so the request stays hashable); backends that can constrain decoding
+            (llama.cpp grammar, ``response_format: json_schema``) do, others ignore it.
+            Part of the cache key.
+        completion: True when ``messages`` is one user message to be continued as plain
+            text (no chat template): the completion-style prompt form for small models.
+            Part of the cache key.
     """
 
     messages: tuple[tuple[str, str], ...]
@@ -30,6 +37,8 @@ class ChatRequest:
     temperature: float = 0.0
     seed: int = 0
     request_id: str = ""
+    response_schema: str | None = None
+    completion: bool = False
 
     def __post_init__(self) -> None:
         if not self.messages:
@@ -49,6 +58,8 @@ class ChatRequest:
             raise ValueError(f"ChatRequest {self.request_id!r}: max_tokens must be >= 1")
         if self.temperature < 0:
             raise ValueError(f"ChatRequest {self.request_id!r}: temperature must be >= 0")
+        if self.completion and (len(self.messages) != 1 or self.messages[0][0] != "user"):
+            raise ValueError(f"ChatRequest {self.request_id!r}: a completion request is one user message")
 
     @property
     def deterministic(self) -> bool:
@@ -71,6 +82,8 @@ class GenerationResult:
         usage: ``prompt_tokens``, ``completion_tokens`` and ``cost`` when the provider reports it.
         latency_s: wall time of the successful attempt (or batch, for local backends).
         cached: True when the answer came from the response cache, not the model.
+        finish_reason: why generation stopped (``stop``, ``length`` when the token budget
+            cut the answer), as the backend reports it; None when unknown.
     """
 
     request: ChatRequest
@@ -79,6 +92,7 @@ class GenerationResult:
     usage: dict = field(default_factory=dict)
     latency_s: float = 0.0
     cached: bool = False
+    finish_reason: str | None = None
 
     @property
     def ok(self) -> bool:

@@ -8,8 +8,8 @@ import re
 import pytest
 
 from src.data.schema import DataError
-from src.metrics import PredictedSpan
-from src.predictions import load_pairs, pair_predictions, read_gold, read_predictions
+from src.scoring.metrics import PredictedSpan
+from src.scoring.predictions import load_pairs, pair_predictions, read_gold, read_predictions
 
 GOLD_LINES = [
     {"id": "a", "doc_id": "d", "text": "He left on Monday.", "source": "t",

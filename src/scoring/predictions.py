@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from src.data.schema import DataError, Record, iter_jsonl, record_from_dict
-from src.metrics import PredictedSpan, as_predicted_span
+from src.scoring.metrics import PredictedSpan, as_predicted_span
 
 
 def read_gold(path: str | Path) -> list[tuple[int, Record]]:

@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from src.models.base import ChatRequest
-from src.models.openai_backend import MissingAPIKeyError, OpenAIBackend
-from tests.models.fake_openai_server import FakeOpenAIServer
+from src.backends.base import ChatRequest
+from src.backends.openai_backend import MissingAPIKeyError, OpenAIBackend
+from tests.backends.fake_openai_server import FakeOpenAIServer
 
 KEY_ENV = "TEMPGEN_TEST_API_KEY"
 SECRET = "fake-key-7f3a9c1e-DO-NOT-LEAK"

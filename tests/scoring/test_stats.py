@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 from scipy import stats as scipy_stats
 
-import src.stats as stats_module
-from src.stats import (
+import src.scoring.stats as stats_module
+from src.scoring.stats import (
     all_pairs_bootstrap,
     benjamini_hochberg,
     bootstrap_ci,

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from src.models.base import Backend, ChatRequest, GenerationResult, ResultCallback
+from src.backends.base import Backend, ChatRequest, GenerationResult, ResultCallback
 
 logger = logging.getLogger(__name__)
 
@@ -34,8 +34,12 @@ CACHE_FORMAT = 1
 
 
 def cache_key_fields(backend_name: str, model_id: str, identity: dict, request: ChatRequest) -> dict:
-    """Everything that determines the answer; ``request_id`` is deliberately absent."""
-    return {
+    """Everything that determines the answer; ``request_id`` is deliberately absent.
+
+    The schema and the completion form are added only when set, so that the keys of plain
+    chat requests (and the answers already cached under them) stay what they were.
+    """
+    fields = {
         "format": CACHE_FORMAT,
         "backend": backend_name,
         "model_id": model_id,
@@ -45,6 +49,11 @@ def cache_key_fields(backend_name: str, model_id: str, identity: dict, request: 
         "temperature": float(request.temperature),
         "seed": request.seed,
     }
+    if request.response_schema is not None:
+        fields["response_schema"] = request.response_schema
+    if request.completion:
+        fields["completion"] = True
+    return fields
 
 
 def canonical_json(value: object) -> str:

@@ -233,7 +233,7 @@ class _LoopbackServer(ThreadingHTTPServer):
 
 
 def main() -> None:
-    """Serve until stdin closes: ``python -m tests.models.fake_openai_server --latency 0.2``.
+    """Serve until stdin closes: ``python -m tests.backends.fake_openai_server --latency 0.2``.
 
     Prints the base URL as the first line of stdout, so a benchmark can run the server in its
     own process (its CPU then does not compete with the client's event loop for the GIL).

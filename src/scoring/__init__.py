@@ -1,0 +1,1 @@
+"""Scoring: span metrics, bootstrap statistics, prediction files and the evaluation of one dataset."""
