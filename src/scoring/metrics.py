@@ -1,7 +1,8 @@
 """Span scoring: the study's Hungarian word-LCS micro-F1, strict and relaxed span F1, error types.
 
 Every instance is reduced to small per-instance sufficient statistics
-``(matched, n_pred, n_gold)`` for each metric, so a dataset's micro-F1, and the
+``(matched, n_pred, n_gold)`` for each metric (the released scorer's variants in
+``src.scoring.variants`` use four, ``(p_sum, r_sum, n_pred, n_gold)``), so a dataset's micro-F1, and the
 F1 of any bootstrap resample (``src.scoring.stats``), is a sum and a division, never a
 re-matching.
 
@@ -173,17 +174,41 @@ def score_instance(
 
 
 def precision_recall_f1(totals: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Micro P, R, F1 from summed statistics ``(..., 3) = (matched, n_pred, n_gold)``.
+    """Micro P, R, F1 from summed statistics, 3 or 4 columns on the last axis.
+
+    * ``(..., 3) = (matched, n_pred, n_gold)``: one matching serves precision and recall
+      (``P = matched / n_pred``, ``R = matched / n_gold``, ``F1 = 2 matched / (n_pred + n_gold)``).
+    * ``(..., 4) = (p_sum, r_sum, n_pred, n_gold)``: precision and recall have their own
+      matched sums (the released scorer's variants, ``src.scoring.variants``):
+      ``P = p_sum / n_pred``, ``R = r_sum / n_gold``, ``F1 = 2 P R / (P + R)``. Where
+      ``p_sum == r_sum`` the F1 is computed with the 3-column formula, which is the same
+      number, so a 3-column statistic widened to 4 columns gives bit-identical scores.
 
     Vectorised over leading axes (used for every bootstrap resample at once);
     a zero denominator gives 0.
+
+    Raises:
+        ValueError: the last axis is neither 3 nor 4 wide.
     """
     totals = np.asarray(totals, dtype=np.float64)
-    matched, n_pred, n_gold = totals[..., 0], totals[..., 1], totals[..., 2]
+    width = totals.shape[-1] if totals.ndim else 0
+    if width == 3:
+        p_sum = r_sum = totals[..., 0]
+        n_pred, n_gold = totals[..., 1], totals[..., 2]
+    elif width == 4:
+        p_sum, r_sum, n_pred, n_gold = totals[..., 0], totals[..., 1], totals[..., 2], totals[..., 3]
+    else:
+        raise ValueError(
+            "statistics need 3 (matched, n_pred, n_gold) or 4 (p_sum, r_sum, n_pred, n_gold) columns, "
+            f"got shape {totals.shape}"
+        )
     with np.errstate(divide="ignore", invalid="ignore"):
-        precision = np.where(n_pred > 0, matched / n_pred, 0.0)
-        recall = np.where(n_gold > 0, matched / n_gold, 0.0)
-        f1 = np.where(n_pred + n_gold > 0, 2.0 * matched / (n_pred + n_gold), 0.0)
+        precision = np.where(n_pred > 0, p_sum / n_pred, 0.0)
+        recall = np.where(n_gold > 0, r_sum / n_gold, 0.0)
+        f1 = np.where(n_pred + n_gold > 0, 2.0 * p_sum / (n_pred + n_gold), 0.0)
+        if width == 4:
+            harmonic = np.where(precision + recall > 0, 2.0 * precision * recall / (precision + recall), 0.0)
+            f1 = np.where(p_sum == r_sum, f1, harmonic)
     return precision, recall, f1
 
 

@@ -3,8 +3,12 @@
 Resampling is represented as a count matrix ``counts`` of shape (R, N): row r says
 how often each of the N instances was drawn in resample r (N draws with
 replacement). Because micro-F1 depends only on summed per-instance statistics
-``(matched, n_pred, n_gold)`` (see ``src.scoring.metrics``), the F1 of every resample of
-every system is one matrix product ``counts @ stats``; sharing one count matrix
+``(matched, n_pred, n_gold)`` (see ``src.scoring.metrics``), or ``(p_sum, r_sum, n_pred,
+n_gold)`` for scorers that match precision and recall separately (the released scorer's
+variants, ``src.scoring.variants``), the F1 of every resample of every system is one
+matrix product ``counts @ stats``. Every function here takes either width (the last
+axis); :func:`as_four_columns` widens 3-column statistics where both kinds meet (e.g.
+stacking variants for one paired test); sharing one count matrix
 per dataset across systems makes all pairwise tests *paired* and cheap. Given a
 seed instead of ``counts``, the same resamples are drawn and multiplied block by
 block (about ``RESAMPLE_BLOCK_ELEMENTS`` counts each), which is faster because a
@@ -102,22 +106,46 @@ def _check_counts(counts: np.ndarray, n_instances: int) -> np.ndarray:
     return counts
 
 
+def as_four_columns(stats: np.ndarray) -> np.ndarray:
+    """Statistics (..., 3) ``(matched, n_pred, n_gold)`` as (..., 4) ``(matched, matched, n_pred, n_gold)``.
+
+    4-column input is returned as a float copy. The widened form scores exactly like the
+    original (:func:`src.scoring.metrics.precision_recall_f1`).
+
+    Raises:
+        ValueError: the last axis is neither 3 nor 4 wide.
+    """
+    stats = np.asarray(stats, dtype=np.float64)
+    if stats.ndim and stats.shape[-1] == 4:
+        return stats.copy()
+    if not stats.ndim or stats.shape[-1] != 3:
+        raise ValueError(f"statistics need 3 or 4 columns, got shape {stats.shape}")
+    return np.concatenate([stats[..., :1], stats], axis=-1)
+
+
 def observed_f1(stats: np.ndarray) -> np.ndarray:
-    """Micro-F1 from per-instance statistics (..., N, 3); returns shape (...)."""
+    """Micro-F1 from per-instance statistics (..., N, 3) or (..., N, 4); returns shape (...)."""
     return precision_recall_f1(np.asarray(stats, dtype=np.float64).sum(axis=-2))[2]
 
 
 def bootstrap_f1(
     stats: np.ndarray, counts: np.ndarray | None = None, resamples: int = 10_000, seed: int = 0
 ) -> np.ndarray:
-    """F1 of one system, stats (N, 3), for every resample (rows of ``counts``, or seeded): shape (R,)."""
+    """F1 of one system, stats (N, 3) or (N, 4), for every resample (rows of ``counts``, or seeded): (R,)."""
     return precision_recall_f1(resampled_totals(stats, counts, resamples, seed))[2]
+
+
+def bootstrap_prf(
+    stats: np.ndarray, counts: np.ndarray | None = None, resamples: int = 10_000, seed: int = 0
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Micro precision, recall and F1 of one system, stats (N, 3) or (N, 4), per resample: three (R,)."""
+    return precision_recall_f1(resampled_totals(stats, counts, resamples, seed))
 
 
 def bootstrap_f1_matrix(
     stats: np.ndarray, counts: np.ndarray | None = None, resamples: int = 10_000, seed: int = 0
 ) -> np.ndarray:
-    """F1 of S systems, stats (S, N, 3), on the same resamples (one shared count matrix): (S, R).
+    """F1 of S systems, stats (S, N, 3) or (S, N, 4), on the same resamples (one shared count matrix): (S, R).
 
     Without ``counts`` the resamples are ``resample_counts(N, resamples, seed)``, drawn blockwise.
     """
@@ -198,9 +226,14 @@ def paired_bootstrap(
     confidence: float = 0.95,
     counts: np.ndarray | None = None,
 ) -> PairedResult:
-    """Paired bootstrap test of A against B on the same instances (stats (N, 3) each)."""
+    """Paired bootstrap test of A against B on the same instances (stats (N, 3) or (N, 4) each).
+
+    One system with 3 columns and the other with 4 is accepted (the 3-column one is widened).
+    """
     stats_a = np.asarray(stats_a, dtype=np.float64)
     stats_b = np.asarray(stats_b, dtype=np.float64)
+    if stats_a.shape[-1:] != stats_b.shape[-1:] and {stats_a.shape[-1:], stats_b.shape[-1:]} == {(3,), (4,)}:
+        stats_a, stats_b = as_four_columns(stats_a), as_four_columns(stats_b)
     if stats_a.shape != stats_b.shape:
         raise ValueError(f"systems must be scored on the same instances: {stats_a.shape} vs {stats_b.shape}")
     boot = bootstrap_f1_matrix(np.stack([stats_a, stats_b]), counts, resamples, seed)
@@ -253,7 +286,7 @@ def all_pairs_bootstrap(
     confidence: float = 0.95,
     with_delta_ci: bool = False,
 ) -> AllPairsResult:
-    """Every pairwise paired test among systems stats (S, N, 3) on one shared set of resamples.
+    """Every pairwise paired test among systems stats (S, N, 3) or (S, N, 4) on one shared set of resamples.
 
     The shared resamples (``counts``, or seeded ones) are the pairing: the same resamples
     serve every system. Delta CIs (quantiles of S^2 R numbers) cost more than the

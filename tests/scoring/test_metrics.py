@@ -201,6 +201,20 @@ def test_precision_recall_f1_vectorised_and_zero_denominators():
     np.testing.assert_allclose(f, [1 / 3, 0.0, 0.0])
 
 
+def test_precision_recall_f1_four_columns():
+    # (p_sum, r_sum, n_pred, n_gold): P = 1/2, R = 1/4 -> F1 2 (1/8) / (3/4) = 1/3; P = 0 and R = 0 -> 0
+    p, r, f = precision_recall_f1(np.array([[1.0, 1.0, 2.0, 4.0], [3.0, 1.0, 4.0, 2.0], [0.0, 0.0, 0.0, 0.0]]))
+    np.testing.assert_allclose(p, [0.5, 0.75, 0.0])
+    np.testing.assert_allclose(r, [0.25, 0.5, 0.0])
+    np.testing.assert_allclose(f, [1 / 3, 0.6, 0.0])  # 2 (3/8) / (5/4) = 3/5
+    three = np.array([[1 / 3, 3.0, 7.0], [0.1, 0.7, 0.3]])
+    four = np.column_stack([three[:, 0], three])
+    for a, b in zip(precision_recall_f1(three), precision_recall_f1(four)):
+        np.testing.assert_array_equal(a, b)  # p_sum == r_sum: bit-identical to the 3-column form
+    with pytest.raises(ValueError, match="columns"):
+        precision_recall_f1(np.ones(5))
+
+
 def test_prediction_items_are_validated():
     assert as_predicted_span("x") == PredictedSpan("x")
     assert as_predicted_span({"text": "x", "label": "EVENT"}) == PredictedSpan("x", "EVENT")

@@ -10,10 +10,12 @@ from scipy import stats as scipy_stats
 import src.scoring.stats as stats_module
 from src.scoring.stats import (
     all_pairs_bootstrap,
+    as_four_columns,
     benjamini_hochberg,
     bootstrap_ci,
     bootstrap_f1,
     bootstrap_f1_matrix,
+    bootstrap_prf,
     classify_outcome,
     holm,
     observed_f1,
@@ -66,6 +68,65 @@ def test_bootstrap_f1_hand_computed():
     assert observed_f1(stats) == pytest.approx(0.4)
     with pytest.raises(ValueError, match="shape"):
         bootstrap_f1(stats, np.ones((3, 5)))
+
+
+def test_four_column_bootstrap_hand_computed():
+    # (p_sum, r_sum, n_pred, n_gold): separate precision and recall sums
+    stats = np.array([[1.0, 2.0, 2.0, 2.0], [0.5, 0.0, 1.0, 2.0]])
+    counts = np.array([[2, 0], [0, 2], [1, 1]])
+    p, r, f = bootstrap_prf(stats, counts)
+    # totals (2, 4, 4, 4): P 1/2, R 1, F1 2/3; (1, 0, 2, 4): P 1/2, R 0, F1 0;
+    # (1.5, 2, 3, 4): P 1/2, R 1/2, F1 1/2
+    np.testing.assert_allclose(p, [0.5, 0.5, 0.5])
+    np.testing.assert_allclose(r, [1.0, 0.0, 0.5])
+    np.testing.assert_allclose(f, [2 / 3, 0.0, 0.5])
+    np.testing.assert_allclose(bootstrap_f1(stats, counts), f)
+    assert observed_f1(stats) == pytest.approx(0.5)
+    # zero denominators: no predictions, no gold, nothing at all
+    np.testing.assert_allclose(bootstrap_prf(np.array([[0.0, 0.0, 0.0, 3.0]]), np.array([[1]]))[2], [0.0])
+    np.testing.assert_allclose(bootstrap_prf(np.array([[0.0, 0.0, 2.0, 0.0]]), np.array([[1]]))[0], [0.0])
+    np.testing.assert_allclose(observed_f1(np.zeros((2, 4))), 0.0)
+    with pytest.raises(ValueError, match="columns"):
+        observed_f1(np.ones((2, 5)))
+
+
+def test_three_columns_widened_to_four_give_identical_results():
+    rng = np.random.default_rng(3)
+    stats = np.stack([synthetic_stats(rng, 50, rate) for rate in (0.3, 0.6, 0.62)])
+    wide = as_four_columns(stats)
+    assert wide.shape == (3, 50, 4)
+    np.testing.assert_array_equal(wide[..., 0], wide[..., 1])
+    np.testing.assert_array_equal(wide[..., 1:], stats)
+    np.testing.assert_array_equal(as_four_columns(wide), wide)
+    with pytest.raises(ValueError):
+        as_four_columns(np.ones((2, 2)))
+    counts = resample_counts(50, 300, seed=1)
+    # bit-identical, not just close: the 4-column F1 uses the 3-column formula where p_sum == r_sum
+    np.testing.assert_array_equal(bootstrap_f1(wide[0], counts), bootstrap_f1(stats[0], counts))
+    np.testing.assert_array_equal(bootstrap_f1(wide[0], resamples=300, seed=1), bootstrap_f1(stats[0], counts))
+    np.testing.assert_array_equal(observed_f1(wide), observed_f1(stats))
+    narrow_all, wide_all = all_pairs_bootstrap(stats, counts), all_pairs_bootstrap(wide, counts)
+    np.testing.assert_array_equal(narrow_all.p_value, wide_all.p_value)
+    np.testing.assert_array_equal(narrow_all.boot_f1, wide_all.boot_f1)
+    assert paired_bootstrap(stats[1], wide[2], counts=counts) == paired_bootstrap(stats[1], stats[2], counts=counts)
+
+
+def test_four_column_paired_test_agrees_with_a_python_loop():
+    rng = np.random.default_rng(12)
+    a, b = as_four_columns(synthetic_stats(rng, 25, 0.6)), as_four_columns(synthetic_stats(rng, 25, 0.5))
+    a[:, 1] = a[:, 1] * rng.random(25)  # recall sums below precision sums: P and R differ
+    counts = resample_counts(25, 200, seed=4)
+    result = paired_bootstrap(a, b, counts=counts)
+
+    def f1(stats, row):
+        p_sum, r_sum, n_pred, n_gold = (sum(c * stats[i, k] for i, c in enumerate(row)) for k in range(4))
+        precision, recall = p_sum / n_pred, r_sum / n_gold
+        return 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+
+    deltas = np.array([f1(a, row) - f1(b, row) for row in counts])
+    np.testing.assert_allclose(bootstrap_f1(a, counts) - bootstrap_f1(b, counts), deltas, atol=1e-12)
+    assert result.p_value == pytest.approx((np.sum(deltas < -1e-12) + 0.5 * np.sum(abs(deltas) <= 1e-12)) / 200)
+    assert result.f1_a == pytest.approx(f1(a, np.ones(25)))
 
 
 def test_bootstrap_f1_matrix_equals_one_system_at_a_time():
