@@ -3,7 +3,8 @@
 Prints one JSON object with ``f1_a``, ``f1_b``, ``delta`` (A - B), ``delta_ci95``,
 ``p_value`` (one-sided, "A better than B") and ``p_value_two_sided``; see
 ``src.scoring.stats`` for the exact test. Both prediction files must cover exactly the gold
-ids; bad input exits with status 2 and a message naming file and line.
+ids; bad input (files or options) exits with status 2 and one line on stderr naming
+file and line; ``--resamples`` is 1 to 1,000,000.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import sys
 from typing import Any, Sequence
 
 from src.data.schema import DataError
-from src.cli import print_json_report
+from src.cli import MAX_RESAMPLES, OneLineArgumentParser, bounded_int, print_json_report, seed_type
 from src.scoring.metrics import METRICS, score_pairs
 from src.scoring.predictions import pair_predictions, read_gold, read_predictions
 from src.scoring.stats import paired_bootstrap
@@ -41,12 +42,13 @@ def compare_files(
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m src.compare", description=__doc__.splitlines()[0])
+    parser = OneLineArgumentParser(prog="python -m src.compare", description=__doc__.splitlines()[0])
     parser.add_argument("--gold", required=True, help="gold dataset JSONL")
     parser.add_argument("--pred-a", required=True, help="prediction JSONL of system A")
     parser.add_argument("--pred-b", required=True, help="prediction JSONL of system B")
-    parser.add_argument("--resamples", type=int, default=10_000, metavar="N", help="bootstrap resamples")
-    parser.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    parser.add_argument("--resamples", type=bounded_int(1, MAX_RESAMPLES), default=10_000, metavar="N",
+                        help="bootstrap resamples (at most 1,000,000)")
+    parser.add_argument("--seed", type=seed_type, default=0, help="bootstrap seed (0 to 2**32 - 1)")
     parser.add_argument("--metric", choices=METRICS, default="lcs", help="F1 to compare (default: lcs)")
     parser.add_argument("--lowercase", action="store_true", help="compare words case-insensitively")
     return parser
@@ -54,9 +56,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.resamples < 1:
-        print("error: --resamples must be >= 1", file=sys.stderr)
-        return 2
     return print_json_report(
         lambda: compare_files(args.gold, args.pred_a, args.pred_b, args.resamples, args.seed, args.metric, args.lowercase)
     )

@@ -4,7 +4,9 @@ Prints one JSON object: ``n``; ``lcs``, ``strict`` and ``relaxed`` blocks with
 ``precision``, ``recall`` and ``f1`` (plus ``ci95`` on each F1 with ``--bootstrap N``);
 ``errors`` (exact, boundary, missing, spurious); ``n_pred``, ``n_gold``,
 ``predictions_not_in_text``; and ``per_label`` blocks (TIMEX, EVENT) when the gold
-has both labels. Bad input exits with status 2 and a message naming file and line.
+has both labels. Bad input (files or options) exits with status 2 and one line on stderr
+naming file and line; ``--bootstrap`` is at most 1,000,000 and must fit in memory (the
+resample count matrix takes 8 bytes per resample and instance, held twice while built).
 """
 
 from __future__ import annotations
@@ -13,10 +15,13 @@ import argparse
 import sys
 from typing import Any, Sequence
 
-from src.cli import print_json_report
+from src.cli import MAX_RESAMPLES, OneLineArgumentParser, bounded_int, check_resample_memory, print_json_report, seed_type
 from src.scoring.metrics import METRICS, ScoreResult, score_pairs
 from src.scoring.predictions import load_pairs
 from src.scoring.stats import bootstrap_f1, percentile_interval, resample_counts
+
+
+BYTES_PER_COUNT = 16  # float64 counts, held twice while the blocks are concatenated
 
 
 def add_confidence_intervals(block: dict[str, Any], result: ScoreResult, counts, confidence: float = 0.95) -> None:
@@ -31,6 +36,7 @@ def score_files(gold: str, pred: str, bootstrap: int = 0, seed: int = 0, lowerca
     result = score_pairs(load_pairs(gold, pred), lowercase=lowercase)
     report = result.to_dict()
     if bootstrap > 0:
+        check_resample_memory(bootstrap, len(result), BYTES_PER_COUNT, "--bootstrap")
         counts = resample_counts(len(result), bootstrap, seed)
         add_confidence_intervals(report, result, counts)
         for label, label_result in result.per_label.items():
@@ -41,20 +47,18 @@ def score_files(gold: str, pred: str, bootstrap: int = 0, seed: int = 0, lowerca
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m src.score", description=__doc__.splitlines()[0])
+    parser = OneLineArgumentParser(prog="python -m src.score", description=__doc__.splitlines()[0])
     parser.add_argument("--gold", required=True, help="gold dataset JSONL (data/prepared/{task}/{name}.jsonl)")
     parser.add_argument("--pred", required=True, help='prediction JSONL: {"id": str, "predictions": [...]}')
-    parser.add_argument("--bootstrap", type=int, default=0, metavar="N", help="resamples for 95%% CIs (0: none)")
-    parser.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    parser.add_argument("--bootstrap", type=bounded_int(0, MAX_RESAMPLES), default=0, metavar="N",
+                        help="resamples for 95%% CIs (0: none; at most 1,000,000)")
+    parser.add_argument("--seed", type=seed_type, default=0, help="bootstrap seed (0 to 2**32 - 1)")
     parser.add_argument("--lowercase", action="store_true", help="compare words case-insensitively")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.bootstrap < 0:
-        print("error: --bootstrap must be >= 0", file=sys.stderr)
-        return 2
     return print_json_report(lambda: score_files(args.gold, args.pred, args.bootstrap, args.seed, args.lowercase))
 
 

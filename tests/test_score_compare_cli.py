@@ -124,10 +124,16 @@ def test_missing_file_and_bad_options_exit_2(tmp_path, capsys):
     gold = write_jsonl(tmp_path / "gold.jsonl", TIMEX_GOLD)
     assert score.main(["--gold", gold, "--pred", str(tmp_path / "nope.jsonl")]) == 2
     assert "nope.jsonl" in capsys.readouterr().err
-    assert score.main(["--gold", gold, "--pred", gold, "--bootstrap", "-1"]) == 2
+    for bad_options in (["--bootstrap", "-1"], ["--seed", "-1"], ["--bootstrap", "1000001"]):
+        with pytest.raises(SystemExit) as info:  # argparse's exit, with one line on stderr
+            score.main(["--gold", gold, "--pred", gold, *bad_options])
+        assert info.value.code == 2
+        [line] = capsys.readouterr().err.splitlines()
+        assert line.startswith(f"python -m src.score: error: argument {bad_options[0]}: expected an integer from 0 to ")
     with pytest.raises(SystemExit) as info:
         compare.main(["--gold", gold])
     assert info.value.code == 2
+    assert len(capsys.readouterr().err.splitlines()) == 1
 
 
 def test_score_cli_error_through_subprocess(tmp_path):

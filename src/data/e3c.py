@@ -7,10 +7,18 @@ names, so elements are matched on their namespace URIs. UIMA counts offsets in
 Java (UTF-16) code units, which differ from Python's code points when the text has
 characters outside the Basic Multilingual Plane; offsets are converted for that.
 Other layers (CLINENTITY, ACTOR, BODYPART, RML, links) are ignored.
+
+E3C annotations carry no text of their own, so offsets are verified against the words
+they cover: an annotation that starts or ends inside a word (a word character on both
+sides of the boundary), or a span that starts or ends with whitespace, is an error
+naming file, ``xmi:id`` and offsets. That is what a wrong decoding or shifted offsets
+produce (no annotation of the English layer 1 breaks these rules); the file is decoded
+as its XML declaration says (:func:`src.data.timeml.check_declared_encoding`).
 """
 
 from __future__ import annotations
 
+import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -24,6 +32,7 @@ XMI_ID = "{http://www.omg.org/XMI}id"
 SPAN_TAGS = {f"{{{CUSTOM_NS}}}TIMEX3": "TIMEX", f"{{{CUSTOM_NS}}}EVENT": "EVENT"}
 SENTENCE_TAG = f"{{{SEGMENTATION_NS}}}Sentence"
 SOFA_TAG = f"{{{CAS_NS}}}Sofa"
+WORD_CHARACTER = re.compile(r"\w")
 
 
 def _utf16_to_python(text: str) -> list[int] | None:
@@ -59,12 +68,33 @@ def _offsets(path: Path, element: ET.Element, mapping: list[int] | None, what: s
     return begin, end
 
 
+def _inside_word(text: str, position: int) -> bool:
+    """Whether ``position`` falls between two word characters of ``text``."""
+    return 0 < position < len(text) and all(WORD_CHARACTER.match(ch) for ch in text[position - 1 : position + 1])
+
+
+def _check_alignment(path: Path, element: ET.Element, what: str, text: str, begin: int, end: int) -> None:
+    """Offsets must fall on word boundaries, and a span must not start or end with whitespace."""
+    offsets = f"offsets {element.get('begin')}-{element.get('end')}"
+    for name, position in (("starts", begin), ("ends", end)):
+        if _inside_word(text, position):
+            context = text[max(0, position - 8) : position] + "|" + text[position : position + 8]
+            raise DataError(
+                path,
+                f"{what} {offsets} {name} inside a word ({context!r}): the offsets do not match the text "
+                "(shifted offsets or a wrong encoding?)",
+            )
+    if element.tag in SPAN_TAGS and text[begin:end] != text[begin:end].strip():
+        raise DataError(path, f"{what} {offsets} covers {text[begin:end]!r}, which starts or ends with whitespace")
+
+
 def read_e3c(path: str | Path, source: str = "e3c") -> Document:
     """Read one E3C XMI file into a Document with spans and the corpus's sentences.
 
     Raises:
-        DataError: not well-formed XML, no (or several) sofa strings, an annotation
-            in another view, or offsets outside the text or empty.
+        DataError: not well-formed XML, UTF-8 declared as another encoding, no (or several)
+            sofa strings, an annotation in another view, or offsets outside the text, empty,
+            inside a word or on whitespace.
     """
     path = Path(path)
     root = parse_xml_file(path)
@@ -91,6 +121,7 @@ def read_e3c(path: str | Path, source: str = "e3c") -> Document:
         if not 0 <= begin < end <= len(text):
             problem = f"outside the text (length {len(text)}) or empty"
             raise DataError(path, f"{what} offsets {begin}-{end} {problem}")
+        _check_alignment(path, element, what, text, begin, end)
         if label is None:
             if text[begin:end].strip():
                 sentences.append(_trim(text, begin, end))

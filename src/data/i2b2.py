@@ -7,7 +7,8 @@ Each file is ``<ClinicalNarrativeTemporalAnnotation>`` with the note in
 begins with a newline). ``TLINK`` and ``SECTIME`` elements are ignored (SECTIME
 repeats the admission and discharge dates already annotated as TIMEX3).
 
-Known quirks of the release, handled explicitly:
+The file is decoded as its XML declaration says (UTF-8 without one); UTF-8 bytes under a
+declaration of another encoding are an error. Known quirks of the release, handled explicitly:
 
 * some files carry bare ``&`` in attribute values, which is not well-formed XML;
   with ``repair_ampersands`` they are escaped before parsing (outside CDATA
@@ -27,6 +28,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from src.data.schema import DataError, Document, Span, check_spans, corpus_files
+from src.data.timeml import check_declared_encoding, declared_encoding
 
 logger = logging.getLogger(__name__)
 
@@ -51,11 +53,26 @@ def escape_bare_ampersands(markup: str) -> tuple[str, int]:
     return "".join(pieces), count + n
 
 
-def _parse(path: Path, repair_ampersands: bool) -> ET.Element:
+def _read_markup(path: Path) -> str:
+    """The file decoded as its XML declaration says (UTF-8 without one); UTF-8 declared otherwise is an error."""
     try:
-        markup = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DataError(path, f"cannot read file as UTF-8 text ({exc})") from None
+        data = path.read_bytes()
+    except OSError as exc:
+        raise DataError(path, f"cannot read file ({exc.strerror or exc})") from None
+    check_declared_encoding(path, data)
+    if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        encoding = "utf-16"  # its byte-order mark says so
+    else:
+        encoding = declared_encoding(data) or "utf-8"
+    try:
+        return data.decode("utf-8-sig" if encoding.lower().replace("_", "-") in ("utf-8", "utf8") else encoding)
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise DataError(path, f"not {encoding} text (byte 0x{data[exc.start]:02x} at byte {exc.start})", line) from None
+
+
+def _parse(path: Path, repair_ampersands: bool) -> ET.Element:
+    markup = _read_markup(path)
     if repair_ampersands:
         markup, repaired = escape_bare_ampersands(markup)
         if repaired:

@@ -5,15 +5,19 @@ mark, so the document text is the element tree's character data and a span's
 offsets are where its element starts and ends in that text. Two layouts exist:
 
 * pure TimeML (``timebank-1.2``): text directly under ``<TimeML>``; the document
-  creation time is a ``<TIMEX3>`` whose ``functionInDocument`` is ``CREATION_TIME``
-  (``PUBLICATION_TIME`` in 15 WSJ files). It sits on its own header line (after the
+  creation time is the one ``<TIMEX3>`` whose ``functionInDocument`` is ``CREATION_TIME``
+  (``PUBLICATION_TIME`` in 15 WSJ files); none, two or markup nested inside it is an error. It sits on its own header line (after the
   body in one file, SJMN91-06338157), so that line is left out of the document:
   otherwise it would become a sentence holding an unannotated date. So is the wire
   trailer of 17 AP/NYT stories (a ``(PROFILE`` routing block and a transmission
   stamp such as ``AP-NY-02-13-98 1426EST``), which TBAQ-cleaned moves out of its
   TEXT too.
 * TBAQ-cleaned: ``<DOCID>``, ``<DCT>``, ``<TITLE>``, ``<EXTRAINFO>``, ``<TEXT>``;
-  the document is the content of ``<TEXT>`` only.
+  the document is the content of ``<TEXT>`` only, the creation time the one ``<TIMEX3>``
+  of the one ``<DCT>`` (a ``CREATION_TIME`` inside ``<TEXT>`` is an error).
+
+The file is decoded as its XML declaration says, and UTF-8 bytes declared as another
+encoding are an error (:func:`check_declared_encoding`), never shifted offsets.
 
 Link elements (``MAKEINSTANCE``, ``TLINK``, ``SLINK``, ``ALINK``) carry no text
 and are ignored. The text is stripped of surrounding whitespace, and so is each
@@ -22,6 +26,7 @@ span whose element holds some (``<EVENT> back </EVENT>``); offsets follow.
 
 from __future__ import annotations
 
+import codecs
 import logging
 import re
 import xml.etree.ElementTree as ET
@@ -39,15 +44,57 @@ WIRE_TRAILER = re.compile(
 logger = logging.getLogger(__name__)
 
 
-def parse_xml_file(path: str | Path) -> ET.Element:
-    """Parse an XML file; a syntax error becomes a DataError naming the file and line."""
+XML_DECLARED_ENCODING = re.compile(rb"""^<\?xml[^>]*?\sencoding\s*=\s*["']([A-Za-z0-9._-]+)["']""")
+
+
+def declared_encoding(data: bytes) -> str | None:
+    """The encoding named in the XML declaration of ``data`` (None without one, or behind a BOM)."""
+    match = XML_DECLARED_ENCODING.match(data)
+    return match.group(1).decode("ascii") if match else None
+
+
+def check_declared_encoding(path: str | Path, data: bytes) -> None:
+    """Refuse UTF-8 bytes under a declaration of another 8-bit encoding (e.g. ISO-8859-1).
+
+    Any byte sequence decodes as Latin-1, so such a file would parse, but every non-ASCII
+    character would become two or three and every later offset would shift. Text in a real
+    Latin-1 file is virtually never also valid multi-byte UTF-8, so this test is safe.
+    """
+    declared = declared_encoding(data)
+    if declared is None:
+        return
     try:
-        return ET.parse(path).getroot()
+        name = codecs.lookup(declared).name
+    except LookupError:
+        raise DataError(path, f"the XML declaration names an unknown encoding {declared!r}") from None
+    if name.startswith("utf") or data.isascii():
+        return
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return
+    first = next(i for i, byte in enumerate(data) if byte > 0x7F)
+    line = data.count(b"\n", 0, first) + 1
+    raise DataError(
+        path,
+        f"declares encoding {declared!r} but its non-ASCII bytes (first at byte {first}) are UTF-8: "
+        "reading it as declared would shift every offset after them",
+        line,
+    )
+
+
+def parse_xml_file(path: str | Path) -> ET.Element:
+    """Parse an XML file, decoded as its declaration says; errors become a DataError naming file and line."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise DataError(path, f"cannot read file ({exc.strerror or exc})") from None
+    check_declared_encoding(path, data)
+    try:
+        return ET.fromstring(data)
     except ET.ParseError as exc:
         line = exc.position[0] if getattr(exc, "position", None) else None
         raise DataError(path, f"XML syntax error: {exc}", line) from None
-    except OSError as exc:
-        raise DataError(path, f"cannot read file ({exc.strerror or exc})") from None
 
 
 class _InlineText:
@@ -134,6 +181,36 @@ def _default_source(path: Path, has_text_element: bool) -> str:
     return "aquaint" if path.parent.name.lower() == "aquaint" else "tbaq-timebank"
 
 
+def _element_name(element: ET.Element) -> str:
+    return f"{element.tag} {element.get('tid') or element.get('eid') or element.get('sid') or '?'}"
+
+
+def _check_creation_time(path: Path, candidates: list[ET.Element], where: str) -> ET.Element:
+    """The one DCT TIMEX3 among ``candidates``: none, several or markup nested in it is an error."""
+    if len(candidates) != 1:
+        found = f"found {len(candidates)}" + "".join(f", {_element_name(el)}" for el in candidates)
+        raise DataError(path, f"expected exactly one creation time TIMEX3 {where}, {found}")
+    [dct] = candidates
+    nested = next(iter(dct), None)
+    if nested is not None:
+        raise DataError(path, f"{_element_name(nested)} is nested inside the creation time {_element_name(dct)}")
+    return dct
+
+
+def _tbaq_dct(path: Path, root: ET.Element, text_element: ET.Element) -> ET.Element:
+    """The DCT of a TBAQ file: the one TIMEX3 in its one <DCT>; a CREATION_TIME in <TEXT> is a second one.
+
+    A PUBLICATION_TIME TIMEX3 inside <TEXT> (6 AQUAINT files) is an ordinary span of the text.
+    """
+    dct_elements = root.findall("DCT")
+    if len(dct_elements) != 1:
+        raise DataError(path, f"expected one <DCT> element, found {len(dct_elements)}")
+    in_text = [el for el in text_element.iter("TIMEX3") if el.get("functionInDocument") == "CREATION_TIME"]
+    if in_text:
+        raise DataError(path, f"{_element_name(in_text[0])} in <TEXT> is a second creation time (the DCT is in <DCT>)")
+    return _check_creation_time(path, dct_elements[0].findall("TIMEX3"), "in <DCT>")
+
+
 def read_timeml(path: str | Path, source: str | None = None) -> Document:
     """Read one TimeML file (pure TimeBank 1.2 or TBAQ-cleaned layout).
 
@@ -143,8 +220,9 @@ def read_timeml(path: str | Path, source: str | None = None) -> Document:
             "aquaint" for a TBAQ file in an ``AQUAINT`` folder, else "tbaq-timebank".
 
     Raises:
-        DataError: the file is not well-formed XML, is not a TimeML document, or an
-            annotation element is empty.
+        DataError: the file is not well-formed XML, is not a TimeML document, an
+            annotation element is empty, or the document has no creation time, more
+            than one, or markup nested inside it.
     """
     path = Path(path)
     root = parse_xml_file(path)
@@ -156,14 +234,15 @@ def read_timeml(path: str | Path, source: str | None = None) -> Document:
     if has_text_layout:
         if text_element is None:
             raise DataError(path, "TBAQ-style TimeML file without a <TEXT> element")
-        dct_element = root.find("DCT/TIMEX3")
-        dct = dct_element.get("value") if dct_element is not None else None
+        dct = _tbaq_dct(path, root, text_element).get("value")
         return _build_document(path, text_element, source, dct, skip=None)
-    dct_element = next(
-        (el for el in root.iter("TIMEX3") if el.get("functionInDocument") in DCT_FUNCTIONS), None
-    )
-    dct = dct_element.get("value") if dct_element is not None else None
-    return _build_document(path, root, source, dct, skip=dct_element, drop_wire_trailer=True)
+    candidates = [el for el in root.iter("TIMEX3") if el.get("functionInDocument") in DCT_FUNCTIONS]
+    skip = candidates[0] if candidates else None
+    document = _build_document(path, root, source, None, skip=skip, drop_wire_trailer=True)
+    # checked after the spans, so that a broken span is reported first
+    dct = _check_creation_time(path, candidates, "(functionInDocument CREATION_TIME or PUBLICATION_TIME)")
+    document.dct = dct.get("value")
+    return document
 
 
 def read_timeml_dir(directory: str | Path, source: str | None = None) -> list[Document]:

@@ -89,3 +89,59 @@ def test_real_offsets_hold_and_sentences_contain_every_span(e3c_documents):
         assert starts == sorted(starts)
         for span in document.spans:
             assert sum(b <= span.start and span.end <= e for b, e in document.sentences) == 1
+
+
+def test_utf8_file_declared_latin1_is_an_error_not_a_shift():
+    # read as declared, "è" would become two characters and every later span would move
+    # ("fever" read as "e: fe"); the mismatch is caught before any offset is used
+    with pytest.raises(DataError) as info:
+        read_e3c(FIXTURES / "e3c_wrong_encoding.xml")
+    message = str(info.value)
+    assert "e3c_wrong_encoding.xml:9: declares encoding 'ISO-8859-1'" in message  # line of the first "è"
+    assert "are UTF-8" in message
+
+
+def test_same_file_declared_utf8_reads_correctly(tmp_path):
+    path = tmp_path / "right_encoding.xml"
+    path.write_bytes((FIXTURES / "e3c_wrong_encoding.xml").read_bytes().replace(b"ISO-8859-1", b"UTF-8", 1))
+    document = read_e3c(path)
+    assert [s.text for s in document.spans] == ["fever", "3 days", "recovered", "12 May"]
+
+
+def test_latin1_file_declared_latin1_reads_correctly(tmp_path):
+    path = tmp_path / "latin1.xml"
+    path.write_bytes((FIXTURES / "e3c_wrong_encoding.xml").read_text(encoding="utf-8").encode("latin-1"))
+    document = read_e3c(path)
+    assert document.text.startswith("Fièvre café")
+    assert [s.text for s in document.spans] == ["fever", "3 days", "recovered", "12 May"]
+
+
+@pytest.mark.parametrize(
+    "old, new, expected",
+    [
+        # the EVENT "fever" (7-12) moved by one or two characters either way
+        ('begin="7" end="12" docTimeRel', 'begin="8" end="13" docTimeRel', "EVENT xmi:id=104 offsets 8-13 starts inside a word"),
+        ('begin="7" end="12" docTimeRel', 'begin="5" end="10" docTimeRel', "EVENT xmi:id=104 offsets 5-10 ends inside a word"),
+        ('begin="7" end="12" docTimeRel', 'begin="6" end="12" docTimeRel', "EVENT xmi:id=104 offsets 6-12 covers ' fever'"),
+        # a sentence moved into its first word
+        ('begin="29" end="53"', 'begin="30" end="53"', "Sentence xmi:id=101 offsets 30-53 starts inside a word"),
+    ],
+)
+def test_shifted_offsets_are_an_error(tmp_path, old, new, expected):
+    path = tmp_path / "shifted.xml"
+    text = (FIXTURES / "e3c_small.xml").read_text(encoding="utf-8")
+    assert old in text
+    path.write_text(text.replace(old, new), encoding="utf-8")
+    with pytest.raises(DataError) as info:
+        read_e3c(path)
+    assert str(info.value).startswith(f"{path}: ")
+    assert expected in str(info.value)
+
+
+def test_offset_checks_catch_a_wrong_decoding_on_their_own(monkeypatch):
+    # without the declaration check, the Latin-1 reading of UTF-8 text misaligns the sentences and spans
+    import src.data.timeml
+
+    monkeypatch.setattr(src.data.timeml, "check_declared_encoding", lambda path, data: None)
+    with pytest.raises(DataError, match=r"e3c_wrong_encoding.xml: Sentence xmi:id=100 offsets 0-30 ends inside a word"):
+        read_e3c(FIXTURES / "e3c_wrong_encoding.xml")

@@ -100,3 +100,22 @@ def test_directory_reader_sorts_and_validates(tmp_path):
     assert [d.doc_id for d in documents] == ["10", "2"]
     with pytest.raises(DataError, match="not a directory"):
         read_i2b2_dir(tmp_path / "absent")
+
+
+def test_utf8_file_declared_latin1_is_an_error(tmp_path):
+    markup = (FIXTURES / "i2b2_small.xml").read_text(encoding="utf-8").replace("chest pain", "chest päin")
+    path = tmp_path / "declared.xml"
+    path.write_bytes(markup.replace('encoding="UTF-8"', 'encoding="ISO-8859-1"', 1).encode("utf-8"))
+    with pytest.raises(DataError, match=r"declared.xml:\d+: declares encoding 'ISO-8859-1' but its non-ASCII"):
+        read_i2b2(path)
+
+
+def test_file_is_decoded_as_declared(tmp_path):
+    markup = (FIXTURES / "i2b2_small.xml").read_text(encoding="utf-8").replace("chest pain", "chest päin")
+    path = tmp_path / "latin1.xml"
+    path.write_bytes(markup.replace('encoding="UTF-8"', 'encoding="ISO-8859-1"', 1).encode("latin-1"))
+    document = read_i2b2(path)
+    assert "chest päin & shortness of\nbreath" in [s.text for s in document.spans]
+    path.write_bytes(markup.encode("latin-1"))  # declared UTF-8 but Latin-1 bytes
+    with pytest.raises(DataError, match=r"latin1.xml:\d+: not UTF-8 text \(byte 0xe4"):
+        read_i2b2(path)

@@ -152,3 +152,43 @@ def test_timebank_wire_trailers_are_cut(real_corpora):
     assert not [d for d in docs.values() if "(PROFILE" in d.text or re.search(r"\d{4}E[SD]T$", d.text)]
     assert docs["APW19980213.1310"].text.endswith("can no longer serve us appropriately,'' Keating said.")
     assert docs["NYT19980206.0460"].text.endswith("and\ncollege graduates, 1.9 percent.")
+
+
+@pytest.mark.parametrize(
+    "name, expected",
+    [
+        ("timeml_two_dcts.tml", "expected exactly one creation time TIMEX3 (functionInDocument CREATION_TIME or "
+         "PUBLICATION_TIME), found 2, TIMEX3 t0, TIMEX3 t9"),
+        ("timeml_no_dct.tml", "expected exactly one creation time TIMEX3 (functionInDocument CREATION_TIME or "
+         "PUBLICATION_TIME), found 0"),
+        ("timeml_event_in_dct.tml", "EVENT e5 is nested inside the creation time TIMEX3 t0"),
+        ("timeml_tbaq_dct_in_text.tml", "TIMEX3 t5 in <TEXT> is a second creation time (the DCT is in <DCT>)"),
+    ],
+)
+def test_creation_time_rules(name, expected):
+    # before: a second DCT became an ordinary TIMEX span, an EVENT inside the DCT was dropped
+    with pytest.raises(DataError) as info:
+        read_timeml(FIXTURES / name)
+    assert str(info.value) == f"{FIXTURES / name}: {expected}"
+
+
+def test_tbaq_dct_element_must_hold_one_timex(tmp_path):
+    text = (FIXTURES / "timeml_tbaq.tml").read_text(encoding="utf-8")
+    path = tmp_path / "empty_dct.tml"
+    path.write_text(re.sub(r"<DCT>.*</DCT>", "<DCT></DCT>", text), encoding="utf-8")
+    with pytest.raises(DataError, match=r"empty_dct.tml: expected exactly one creation time TIMEX3 in <DCT>, found 0"):
+        read_timeml(path)
+    path = tmp_path / "two_dct.tml"
+    path.write_text(text.replace("<TITLE>", "<DCT/><TITLE>"), encoding="utf-8")
+    with pytest.raises(DataError, match=r"two_dct.tml: expected one <DCT> element, found 2"):
+        read_timeml(path)
+
+
+def test_utf8_timeml_declared_latin1_is_an_error(tmp_path):
+    path = tmp_path / "declared_latin1.tml"
+    text = (FIXTURES / "timeml_tbaq.tml").read_text(encoding="utf-8").replace('Bombs <EVENT eid="e1"', 'Bombes à Nairobi <EVENT eid="e1"')
+    path.write_bytes(text.replace('<?xml version="1.0" ?>', '<?xml version="1.0" encoding="ISO-8859-1"?>').encode("utf-8"))
+    with pytest.raises(DataError, match=r"declared_latin1.tml:\d+: declares encoding 'ISO-8859-1' but its non-ASCII"):
+        read_timeml(path)
+    path.write_bytes(text.encode("utf-8"))  # no declaration: UTF-8, read correctly
+    assert read_timeml(path).text.startswith("Bombes à Nairobi exploded")
