@@ -142,3 +142,21 @@ def test_score_cli_error_through_subprocess(tmp_path):
     done = run_module("src.score", "--gold", gold, "--pred", pred)
     assert done.returncode == 2 and done.stdout == ""
     assert "pred.jsonl:2:" in done.stderr
+
+
+def test_score_variant_released_prints_the_released_scorer(tmp_path: Path):
+    gold = write_jsonl(tmp_path / "gold.jsonl", TIMEX_GOLD)
+    pred = write_jsonl(tmp_path / "pred.jsonl", TIMEX_PRED)
+    done = run_module("src.score", "--gold", gold, "--pred", pred, "--variant", "all")
+    assert done.returncode == 0, done.stderr
+    blocks = json.loads(done.stdout)["variants"]
+    # released, one-to-one with separate P and R matchings (whitespace tokens, longest common run):
+    # s1 P: "the last week"~"last week" 2/3 + "Friday"~"Friday" 1 (the 2nd "Friday" unmatched) = 5/3,
+    #    R: 2/2 + 1 = 2; s2 P: "days"~"three days" 1/1, R: 1/2. P = (8/3)/5, R = 2.5/4, F1 = 80/139.
+    assert blocks["released"]["precision"] == pytest.approx(8 / 15)
+    assert blocks["released"]["recall"] == pytest.approx(5 / 8)
+    assert blocks["released"]["f1"] == pytest.approx(80 / 139)
+    # best-of: the duplicated "Friday" counts again for precision: P = (11/3)/5, F1 = 110/163.
+    assert blocks["released_best"]["f1"] == pytest.approx(110 / 163)
+    paper = json.loads(run_module("src.score", "--gold", gold, "--pred", pred).stdout)["lcs"]
+    assert blocks["paper"]["f1"] == pytest.approx(paper["f1"])

@@ -16,6 +16,7 @@ from typing import Any, Iterable, Sequence
 
 import yaml
 
+from src import study
 from src.data.e3c import read_e3c_dir
 from src.data.i2b2 import read_i2b2_dir
 from src.data.schema import Document, Record, Span, write_records
@@ -26,8 +27,8 @@ from src.data.text import words
 
 log = logging.getLogger(__name__)
 
-TASK_LABELS: dict[str, tuple[str, ...]] = {"timex": ("TIMEX",), "eventx": ("EVENT",), "comp": ("TIMEX", "EVENT")}
-TASKS = tuple(TASK_LABELS)
+TASKS = study.TASK_ORDER
+TASK_LABELS = study.TASK_LABELS
 
 
 def cut(doc: Document, start: int, end: int, record_id: str) -> Record:

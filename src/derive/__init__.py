@@ -4,7 +4,3 @@ Each derivation reads a base test set, perturbs every text while keeping the gol
 span strings verbatim, re-locates the spans in the new text (``alignment``) and
 writes records in the data contract whose ``id`` is the base record's id.
 """
-
-from __future__ import annotations
-
-from src.cli import optional_int  # noqa: F401  (re-exported: the derivation CLIs' --limit type)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import logging
 import random
 from collections import Counter
@@ -26,15 +25,14 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from src.data.schema import DataError, Record, read_records, write_records
-from src.data.splits import subset_by_id
-from src.derive import attack_env, optional_int
+from src.data.schema import Record
+from src.derive import attack_env
 from src.derive.alignment import changed_words, count_changed_words, derived_record
 from src.derive.attack_goal import MislabelGoldWords
 from src.derive.attack_gold import GoldTracker
 from src.derive.attack_recipes import CharAttackSettings, WordAttackSettings, char_attack, word_attack
 from src.derive.attack_victim import VictimModel
-from src.derive.examples import write_report
+from src.derive.outputs import add_base_arguments, read_base, write_derived
 from src.finetune.bio import span_label_for_task
 from src.data.text import words
 
@@ -223,11 +221,9 @@ def summarize(derived: Sequence[Record], counts: Counter) -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--input", required=True, help="base test set (JSONL records)")
+    add_base_arguments(parser, "where to write the attacked records")
     parser.add_argument("--checkpoint", required=True, help="the victim: a src.finetune checkpoint folder")
     parser.add_argument("--task", required=True, choices=sorted(ATTACKS_BY_TASK))
-    parser.add_argument("--output", required=True)
-    parser.add_argument("--seed", type=int, required=True)
     parser.add_argument("--query-budget", type=int, default=300, help="victim queries per attack and instance")
     parser.add_argument("--success-threshold", type=float, default=0.5, help="mislabel rate of gold words = success")
     parser.add_argument("--similarity-threshold", type=float, default=0.8)
@@ -236,9 +232,6 @@ def main(argv: Sequence[str] | None = None) -> None:
                         help="add counter-fitted embedding neighbours (auto: when in TextAttack's cache)")
     parser.add_argument("--nltk-data", help="NLTK data folder (default: <paths.raw>/nltk_data)")
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--limit", type=optional_int, help="a seeded subset of N base records chosen by id (null: all)")
-    parser.add_argument("--stats", help="optional JSON file for the summary statistics")
-    parser.add_argument("--examples", help="optional markdown file with a few original/perturbed pairs")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     if args.nltk_data:
@@ -248,10 +241,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     from src.finetune.predict import TokenClassifier
 
-    records = read_records(args.input)
-    if not records:
-        raise DataError(args.input, "no records to attack")
-    records = subset_by_id(records, args.limit, args.seed)
+    records = read_base(args)
     classifier = TokenClassifier.load(args.checkpoint, device=args.device)
     use_cf = {"auto": None, "yes": True, "no": False}[args.counter_fitted]
     attacker = build_attacker(
@@ -260,18 +250,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         CharAttackSettings(max_edit_distance=args.max_edit_distance), device=args.device,
     )
     derived = [attacker.attack_record(r) for r in tqdm(records, desc=f"adv {args.task}", unit="instance")]
-    write_records(args.output, derived)
     stats = summarize(derived, attacker.counts) | {
         "task": args.task, "seed": args.seed, "limit": args.limit, "query_budget": args.query_budget,
         "success_threshold": args.success_threshold, "attacks": list(attacker.attacks),
         "victim": str(args.checkpoint),
     }
-    log.info("adv: %s", json.dumps(stats))
-    if args.stats:
-        Path(args.stats).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.stats).write_text(json.dumps(stats, indent=2) + "\n", encoding="utf-8")
-    if args.examples:
-        write_report(args.examples, f"adv ({args.output})", records, derived, seed=args.seed, stats=stats)
+    write_derived(args, "adv", records, derived, stats)
 
 
 if __name__ == "__main__":

@@ -24,11 +24,9 @@ from typing import Any, Sequence
 
 import yaml
 
-from src.data.schema import DataError, Record, read_records, write_records
-from src.data.splits import subset_by_id
-from src.derive import optional_int
+from src.data.schema import Record
 from src.derive.alignment import AlignmentError, changed_words, count_changed_words, derived_record, relocate_in_order
-from src.derive.examples import write_report
+from src.derive.outputs import add_base_arguments, read_base, write_derived
 from src.backends.base import Backend, ChatRequest
 from src.data.text import words
 
@@ -221,39 +219,25 @@ def generator_settings(args: argparse.Namespace) -> tuple[str, str, dict[str, An
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--input", required=True, help="base test set (JSONL records)")
-    parser.add_argument("--output", required=True, help="where to write the accepted rewrites")
+    add_base_arguments(parser, "where to write the accepted rewrites")
     parser.add_argument("--model-config", help="a conf/model/*.yaml file (backend, model_id, options)")
     parser.add_argument("--backend", help="backend name (overrides the model config)")
     parser.add_argument("--model-id", help="model id (overrides the model config)")
     parser.add_argument("--option", action="append", type=parse_option, help="backend option KEY=VALUE (repeatable)")
-    parser.add_argument("--seed", type=int, required=True)
     parser.add_argument("--max-attempts", type=int, default=3)
     parser.add_argument("--cache-dir", required=True, help="the shared response cache directory")
-    parser.add_argument("--limit", type=optional_int, help="a seeded subset of N base records chosen by id (null: all)")
-    parser.add_argument("--stats", help="optional JSON file for the summary statistics")
-    parser.add_argument("--examples", help="optional markdown file with a few original/perturbed pairs")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
 
     from src.backends import create_backend
     from src.backends.cache import CachedBackend, ResponseCache
 
-    records = read_records(args.input)
-    if not records:
-        raise DataError(args.input, "no records to rewrite")
-    records = subset_by_id(records, args.limit, args.seed)
+    records = read_base(args)
     name, model_id, options = generator_settings(args)
     backend = CachedBackend(create_backend(name, model_id=model_id, **options), ResponseCache(args.cache_dir))
     outcome = rewrite_records(records, backend, args.max_attempts, args.seed)
-    write_records(args.output, outcome.accepted)
     stats = summarize(outcome, backend, args.max_attempts) | {"seed": args.seed, "limit": args.limit}
-    log.info("adv_p: %s", json.dumps(stats))
-    if args.stats:
-        Path(args.stats).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.stats).write_text(json.dumps(stats, indent=2) + "\n", encoding="utf-8")
-    if args.examples:
-        write_report(args.examples, f"adv_p ({args.output})", records, outcome.accepted, seed=args.seed, stats=stats)
+    write_derived(args, "adv_p", records, outcome.accepted, stats)
 
 
 if __name__ == "__main__":

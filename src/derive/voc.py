@@ -13,7 +13,6 @@ instance. Usage::
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import random
 from collections import Counter
@@ -21,11 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from src.data.schema import DataError, Record, read_records, write_records
-from src.data.splits import subset_by_id
-from src.derive import optional_int
+from src.data.schema import Record, read_records
 from src.derive.alignment import TextEdit, apply_edits, derived_record, shift_spans
-from src.derive.examples import write_report
+from src.derive.outputs import add_base_arguments, read_base, write_derived
 from src.data.text import word_offsets, words
 
 log = logging.getLogger(__name__)
@@ -219,35 +216,21 @@ def summarize(derived: Sequence[Record]) -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--input", required=True, help="base test set (JSONL records)")
+    add_base_arguments(parser, "where to write the voc records")
     parser.add_argument("--train", required=True, nargs="+", help="train split(s), for word frequencies")
-    parser.add_argument("--output", required=True, help="where to write the voc records")
-    parser.add_argument("--seed", type=int, required=True)
     parser.add_argument("--rare-max-count", type=int, default=1, help="rare: seen at most this often in train")
     parser.add_argument("--domain-terms", help="optional term list, one per line")
     parser.add_argument("--spacy-model", default=SPACY_MODEL)
-    parser.add_argument("--limit", type=optional_int, help="a seeded subset of N base records chosen by id (null: all)")
-    parser.add_argument("--stats", help="optional JSON file for the summary statistics")
-    parser.add_argument("--examples", help="optional markdown file with a few original/perturbed pairs")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
 
-    records = read_records(args.input)
-    if not records:
-        raise DataError(args.input, "no records to derive from")
-    records = subset_by_id(records, args.limit, args.seed)
+    records = read_base(args)
     terms = read_domain_terms(args.domain_terms) if args.domain_terms else set()
     frequencies = word_frequencies(r for path in args.train for r in read_records(path))
     shifter = VocabularyShifter(load_spacy(args.spacy_model), frequencies, args.rare_max_count, terms, args.seed)
     derived = shifter.shift_all(records)
-    write_records(args.output, derived)
     stats = summarize(derived) | {"seed": args.seed, "rare_max_count": args.rare_max_count, "limit": args.limit}
-    log.info("voc: %s", json.dumps(stats))
-    if args.stats:
-        Path(args.stats).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.stats).write_text(json.dumps(stats, indent=2) + "\n", encoding="utf-8")
-    if args.examples:
-        write_report(args.examples, f"voc ({args.output})", records, derived, seed=args.seed, stats=stats)
+    write_derived(args, "voc", records, derived, stats)
 
 
 if __name__ == "__main__":
