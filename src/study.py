@@ -110,8 +110,8 @@ class ReasoningPart:
     name: str
 
 
-#: In prompt order; a strategy name lists its letters in this order joined by ``+``
-#: (``A+D+I``), except that single letters are sorted by the study's order below.
+#: In the order a strategy name lists its letters, joined by ``+`` (``A+D+I``); the order
+#: of the parts inside a prompt is the templates' (``src/prompts/templates.py``).
 REASONING_PARTS: tuple[ReasoningPart, ...] = (
     ReasoningPart("A", "abductive"),
     ReasoningPart("D", "deductive"),

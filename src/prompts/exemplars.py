@@ -32,6 +32,7 @@ from src.data.schema import Record, Span
 from src.data.text import words
 
 from . import templates
+from .answer_schema import REASONING_KEY, TEXT_KEY, answer_shape
 
 SPAN_COUNT_CAP = 4
 
@@ -146,18 +147,25 @@ def _reasoning_steps(strings: list[str], task: str) -> list[str]:
     ]
 
 
-def gold_answer(record: Record, task: str, abductive: bool) -> str:
-    """The record's gold spans written in the answer format the prompt asks for."""
+def gold_value(record: Record, task: str, abductive: bool, answer_format: str = "compact") -> list | dict:
+    """The record's gold spans as the answer value of a format (see ``answer_schema``)."""
     check_task(task)
+    shape = answer_shape(task, abductive, answer_format)
     spans = target_spans(record, task)
-    if task == "comp":
-        answer: object = {
-            "timex": _unique_texts([s for s in spans if s.label == "TIMEX"]),
-            "eventx": _unique_texts([s for s in spans if s.label == "EVENT"]),
-        }
-        if abductive:
-            answer = {"reasoning_steps": _reasoning_steps(_unique_texts(spans), task), **answer}
-    else:
-        strings = _unique_texts(spans)
-        answer = {"reasoning_steps": _reasoning_steps(strings, task), "spans": strings} if abductive else strings
-    return json.dumps(answer, ensure_ascii=False)
+    if shape.container == "array":
+        return _unique_texts(spans)
+    span_keys = shape.span_keys
+    answer: dict = {}
+    for key in shape.keys:
+        if key == TEXT_KEY:
+            answer[key] = record.text
+        elif key == REASONING_KEY:
+            answer[key] = _reasoning_steps(_unique_texts(spans), task)
+        else:
+            answer[key] = _unique_texts([s for s in spans if s.label == span_keys[key]])
+    return [answer] if shape.container == "objects" else answer
+
+
+def gold_answer(record: Record, task: str, abductive: bool, answer_format: str = "compact") -> str:
+    """The record's gold spans written in the answer format the prompt asks for (JSON text)."""
+    return json.dumps(gold_value(record, task, abductive, answer_format), ensure_ascii=False)

@@ -8,6 +8,21 @@ fenced blocks, then in every bracketed segment (the last one first: models tend 
 before the final answer), repairs what it can, and closes a truncated answer after its last
 complete item. It never raises on model output: an unusable answer is ``ok=False`` with the
 reason in ``error`` and no predictions, which the run counts as a parse failure.
+
+Both answer-format sets of :mod:`src.prompts.answer_schema` are read whatever
+``answer_format`` says; the format decides which shape is preferred when a text holds
+several candidates and what ``well_formed`` means: the whole answer (``<think>`` blocks
+removed, optionally inside one code fence) is strict JSON of exactly the format's shape,
+i.e. it validates against ``answer_schema(task, abductive, answer_format)``. The study's
+abductive answer (a list of objects) predicts the union of the objects' span lists,
+de-duplicated in order, with their reasoning steps concatenated. With
+``prompt_form="completion"`` the raw text is the model's continuation of the answer cue:
+it is cut where the model starts a new ``Text:`` of its own, and for comp the two labelled
+lines (``Time expressions: [...]`` / ``Events: [...]``) are read.
+
+A value counts as an answer only when its span lists hold strings: a list of numbers, a
+span list that is a bare word, or an object whose span key holds something else is not an
+answer, so a garbled answer is never turned into an empty prediction marked ``ok``.
 """
 
 from __future__ import annotations
@@ -16,21 +31,37 @@ import ast
 import json
 import re
 import warnings
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
-TASKS = ("timex", "eventx", "comp")
-LABELS = {"timex": "TIMEX", "eventx": "EVENT"}
+from src.study import TASK_LABELS, TASK_ORDER
+from src.study import TASKS as _STUDY_TASKS
+
+from .answer_schema import (
+    TEXT_KEY,
+    AnswerShape,
+    answer_shape,
+    check_format,
+    check_prompt_form,
+)
+from .templates import COMPLETION_LABELS, completion_cue
+
+#: Re-exported from :mod:`src.study`: the tasks, and the label of each single-label task.
+TASKS = TASK_ORDER
+LABELS = {name: task.single_label for name, task in _STUDY_TASKS.items() if task.single_label}
 
 _GENERIC_LIST_KEYS = (
     "spans", "predictions", "prediction", "answer", "answers", "final_answer", "final_spans",
     "selected_spans", "selected", "extracted", "extractions", "entities", "results", "result",
     "output", "items", "list",
 )
-_TASK_LIST_KEYS = {
-    "timex": ("timex", "timexes", "timex3", "time_expressions", "temporal_expressions", "times", "expressions"),
-    "eventx": ("eventx", "events", "event", "event_triggers", "triggers", "event_spans"),
+#: Keys under which a label's spans are looked for (normalised: lower case, ``_`` for spaces).
+_LABEL_LIST_KEYS = {
+    "TIMEX": ("timex", "timexes", "timex3", "time_expressions", "temporal_expressions", "times", "expressions"),
+    "EVENT": ("eventx", "events", "event", "event_triggers", "triggers", "event_spans"),
 }
+_TASK_LIST_KEYS = {task: _LABEL_LIST_KEYS[label] for task, label in LABELS.items()}
 _REASONING_KEYS = ("reasoning_steps", "reasoning", "steps", "rationale", "explanation", "thoughts")
 _LABEL_ALIASES = {"timex": "TIMEX", "timex3": "TIMEX", "time": "TIMEX", "event": "EVENT", "eventx": "EVENT"}
 
@@ -49,51 +80,221 @@ class ParsedAnswer:
 
     Attributes:
         predictions: ``list[str]`` for timex/eventx; ``[{"text", "label"}]`` for comp.
-        reasoning_steps: the abductive reasoning, when the answer had it.
+        reasoning_steps: the abductive reasoning, when the answer had it (also kept for an
+            answer cut off after its reasoning, which is a failure).
         ok: False when no answer could be recovered (then ``predictions == []``).
         error: why parsing failed; None when ``ok``.
+        well_formed: the whole answer is strict JSON of exactly the requested format (it
+            validates against the format's schema); False for answers the parser had to
+            find, repair or complete, and for failures.
     """
 
     predictions: list = field(default_factory=list)
     reasoning_steps: list[str] | None = None
     ok: bool = True
     error: str | None = None
+    well_formed: bool = False
 
 
-def parse_answer(raw: str | None, task: str, abductive: bool) -> ParsedAnswer:
+#: The prefix of the error the catch-all reports: a parser bug, never an answer's fault.
+PARSER_ERROR = "parser error"
+
+
+def parse_answer(
+    raw: str | None,
+    task: str,
+    abductive: bool,
+    answer_format: str = "compact",
+    prompt_form: str = "chat",
+) -> ParsedAnswer:
     """Parse one raw model answer; never raises on model output.
 
+    Args:
+        raw: the generated text (None when generation failed).
+        task: timex, eventx or comp.
+        abductive: whether the strategy asked for the structured abductive answer.
+        answer_format: ``compact`` or ``study``: the shape preferred and checked for
+            ``well_formed`` (both are read either way).
+        prompt_form: ``chat``, or ``completion`` when ``raw`` continues the answer cue.
+
     Raises:
-        ValueError: ``task`` is not one of timex, eventx, comp (a caller bug, not model output).
+        ValueError: an unknown task, answer format or prompt form (a caller bug, not model output).
     """
     if task not in TASKS:
         raise ValueError(f"parse_answer: unknown task {task!r}; expected one of {TASKS}")
+    check_format(answer_format)
+    check_prompt_form(prompt_form)
     try:
-        return _parse(raw, task, abductive)
+        return _parse(raw, task, abductive, answer_format, prompt_form)
     except Exception as exc:  # defensive: a parser bug must not end a run
-        return ParsedAnswer([], None, False, f"parser error: {type(exc).__name__}: {exc}")
+        return ParsedAnswer([], None, False, f"{PARSER_ERROR}: {type(exc).__name__}: {exc}")
 
 
-def _parse(raw: str | None, task: str, abductive: bool) -> ParsedAnswer:
+def _parse(raw: str | None, task: str, abductive: bool, answer_format: str, prompt_form: str) -> ParsedAnswer:
     if raw is None:
         return ParsedAnswer([], None, False, "no output (generation failed)")
     text = _THINK.sub("", raw).strip()
+    if prompt_form == "completion":
+        text = _cut_continuation(text)
     if not text:
         return ParsedAnswer([], None, False, "empty output")
-    expected = dict if (abductive or task == "comp") else list
+    shape = answer_shape(task, abductive, answer_format)
+    if prompt_form == "completion" and not abductive and len(TASK_LABELS[task]) > 1:
+        # labelled lines; an answer without a second label line may be plain JSON instead
+        lines, n_lines = _labelled_lines(text, task)
+        if lines is not None and n_lines > 1:
+            return lines
+        answer = _parse_json(text, task, _shape_test(shape))
+        return answer if answer.ok or lines is None else lines
+    answer = _parse_json(text, task, _shape_test(shape))
+    if answer.ok:
+        answer.well_formed = _well_formed(text, shape)
+    return answer
+
+
+def _parse_json(text: str, task: str, expected: Callable[[Any], bool]) -> ParsedAnswer:
     complete = list(_complete_values(text))
     salvaged = list(_salvaged_values(text))
-    for values, shape in ((complete, expected), (salvaged, expected), (complete, None), (salvaged, None)):
+    for values, preferred in ((complete, True), (salvaged, True), (complete, False), (salvaged, False)):
+        if not preferred and values is complete:
+            cut = _cut_before_spans(salvaged, task)
+            if cut is not None:
+                return cut
         for value in values:
-            if shape is not None and not isinstance(value, shape):
+            if preferred and not expected(value):
                 continue
             answer = _interpret(value, task)
-            if answer is not None:
-                return answer
+            if answer is None:
+                continue
+            if values is salvaged and not answer.predictions and not _has_empty_list(value):
+                continue  # a cut-off answer with nothing left in it is not an empty answer
+            return answer
     if not complete and not salvaged:
         return ParsedAnswer([], None, False, "no JSON value found")
     kinds = sorted({type(v).__name__ for v in complete + salvaged})
     return ParsedAnswer([], None, False, f"JSON found ({', '.join(kinds)}) but no {task} answer in it")
+
+
+def _has_empty_list(value: Any) -> bool:
+    if isinstance(value, list):
+        return not value or any(_has_empty_list(item) for item in value)
+    if isinstance(value, dict):
+        return any(_has_empty_list(item) for item in value.values())
+    return False
+
+
+def _cut_before_spans(salvaged: list, task: str) -> ParsedAnswer | None:
+    """A structured answer cut off (token limit) after its reasoning but before its spans.
+
+    Its reasoning steps must not be read as spans by the fallback passes (a bare list
+    inside the cut object would otherwise be taken for the answer): it is a failure.
+    """
+    for value in salvaged:
+        objects = value if isinstance(value, list) else [value]
+        dicts = [item for item in objects if isinstance(item, dict)]
+        steps = [_reasoning_steps(item) for item in dicts]
+        if dicts and any(step is not None for step in steps) and _interpret(value, task) is None:
+            kept = [s for group in steps if group for s in group]
+            return ParsedAnswer([], kept or None, False, "answer cut off after its reasoning, before the spans")
+    return None
+
+
+def _shape_test(shape: AnswerShape) -> Callable[[Any], bool]:
+    """The preferred kind of value: a list, an object, or a list of objects."""
+    if shape.container == "array":
+        return lambda value: isinstance(value, list)
+    if shape.container == "object":
+        return lambda value: isinstance(value, dict)
+    return lambda value: isinstance(value, list) and bool(value) and all(isinstance(v, dict) for v in value)
+
+
+# ----- well-formedness: exactly the format's shape (what answer_schema describes) -------------------
+
+
+def _strict_json(text: str) -> Any:
+    """The value of ``text`` as strict JSON, or of its one code fence; ``_FAILED`` otherwise."""
+    candidates = [text]
+    fences = list(_FENCE.finditer(text))
+    if len(fences) == 1 and fences[0].start() == 0 and fences[0].end() == len(text):
+        candidates.append(fences[0].group(1).strip())
+    for candidate in candidates:
+        try:
+            return json.loads(candidate)
+        except (ValueError, RecursionError):
+            continue
+    return _FAILED
+
+
+def _is_strings(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(item, str) for item in value)
+
+
+def _conforms_object(value: Any, keys: tuple[str, ...]) -> bool:
+    if not isinstance(value, dict) or set(value) != set(keys):
+        return False
+    return all(isinstance(value[key], str) if key == TEXT_KEY else _is_strings(value[key]) for key in keys)
+
+
+def conforms(value: Any, shape: AnswerShape) -> bool:
+    """Whether a decoded value has exactly the shape (the parser's own check, not the schema's)."""
+    if shape.container == "array":
+        return _is_strings(value)
+    if shape.container == "object":
+        return _conforms_object(value, shape.keys)
+    return isinstance(value, list) and len(value) >= 1 and all(_conforms_object(v, shape.keys) for v in value)
+
+
+def _well_formed(text: str, shape: AnswerShape) -> bool:
+    value = _strict_json(text)
+    return value is not _FAILED and conforms(value, shape)
+
+
+# ----- the completion prompt form ----------------------------------------------------------------
+
+#: Where a completion continues past its answer into a new example of its own.
+_NEXT_EXAMPLE = re.compile(r"\n[ \t]*(?:Text[ \t]*:|Now annotate this text)")
+
+
+def _cut_continuation(text: str) -> str:
+    return _NEXT_EXAMPLE.split(text, maxsplit=1)[0].strip()
+
+
+def _labelled_lines(text: str, task: str) -> tuple[ParsedAnswer | None, int]:
+    """A multi-label completion answer: ``[...]`` (after the open cue) then ``Events: [...]``.
+
+    Each label's text runs to the next label line; its first JSON array (complete or
+    salvaged) holds the spans. Returns the answer (None when no label's array is found)
+    and the number of label lines, the open cue included. Well-formed: every label once,
+    in its own line, each a strict JSON array of strings.
+    """
+    labels = TASK_LABELS[task]
+    names = {COMPLETION_LABELS[label].lower(): label for label in labels}
+    pattern = re.compile(
+        r"^[ \t]*(" + "|".join(re.escape(COMPLETION_LABELS[label]) for label in labels) + r")[ \t]*:",
+        re.IGNORECASE | re.MULTILINE,
+    )
+    full = completion_cue(task, False) + " " + text
+    matches = list(pattern.finditer(full))
+    found: dict[str, list] = {}
+    well_formed = True
+    for position, match in enumerate(matches):
+        end = matches[position + 1].start() if position + 1 < len(matches) else len(full)
+        body = full[match.end():end].strip()
+        label = names[match.group(1).lower()]
+        strict = _strict_json(body)
+        if label in found or strict is _FAILED or not _is_strings(strict):
+            well_formed = False
+        if label in found:
+            continue
+        values = [v for v in list(_complete_values(body)) + list(_salvaged_values(body)) if isinstance(v, list)]
+        spans = _span_list(values[0]) if values else None
+        if spans is not None:
+            found[label] = spans
+    if not found:
+        return None, len(matches)
+    well_formed = well_formed and len(matches) == len(labels)
+    predictions = [{"text": s, "label": label} for label in labels for s in found.get(label, [])]
+    return ParsedAnswer(_dedupe_labelled(predictions), None, True, None, well_formed), len(matches)
 
 
 # ----- finding candidate values ----------------------------------------------------------------
@@ -219,11 +420,11 @@ def _decode(source: str) -> Any:
     for candidate in (source, _straighten_quotes(source)):
         try:
             return json.loads(candidate, strict=False)
-        except ValueError:
+        except (ValueError, RecursionError):
             pass
         try:
             return json.loads(_repair(candidate), strict=False)
-        except ValueError:
+        except (ValueError, RecursionError):
             pass
         try:
             return _literal_eval(candidate)
@@ -287,13 +488,43 @@ def _unescape(body: str, quote: str) -> str:
 
 def _interpret(value: Any, task: str) -> ParsedAnswer | None:
     """The answer in ``value``, or None when it does not look like one."""
-    if task == "comp":
-        predictions = _comp_predictions(value)
+    objects = _answer_objects(value, task)
+    if objects is not None:
+        return objects
+    return _interpret_one(value, task)
+
+
+def _interpret_one(value: Any, task: str) -> ParsedAnswer | None:
+    if len(TASK_LABELS[task]) > 1:
+        predictions = _labelled_predictions(value, TASK_LABELS[task])
     else:
         predictions = _span_list(_find_list(value, _TASK_LIST_KEYS[task] + _GENERIC_LIST_KEYS))
     if predictions is None:
         return None
     return ParsedAnswer(predictions, _reasoning_steps(value), True, None)
+
+
+def _answer_objects(value: Any, task: str) -> ParsedAnswer | None:
+    """The study's abductive answer: a list of objects, each with its span list(s).
+
+    Predictions are the union over the objects (de-duplicated in order), reasoning steps
+    concatenated. None unless every item is an object and at least one holds an answer.
+    """
+    if not isinstance(value, list) or not value or not all(isinstance(item, dict) for item in value):
+        return None
+    if any(_labelled_item(item) is not None for item in value):
+        return None  # comp's labelled items, read by _labelled_predictions
+    answers = [_interpret_one(item, task) for item in value]
+    answers = [answer for answer in answers if answer is not None]
+    if not answers:
+        return None
+    predictions: list = [p for answer in answers for p in answer.predictions]
+    if len(TASK_LABELS[task]) > 1:
+        predictions = _dedupe_labelled(predictions)
+    else:
+        predictions = list(dict.fromkeys(predictions))
+    steps = [answer.reasoning_steps for answer in answers if answer.reasoning_steps is not None]
+    return ParsedAnswer(predictions, [s for group in steps for s in group] if steps else None, True, None)
 
 
 def _normalize_key(key: Any) -> str:
@@ -334,21 +565,33 @@ def _span_list(items: list | None) -> list[str] | None:
     return list(dict.fromkeys(s for s in strings if s))
 
 
-def _comp_predictions(value: Any) -> list[dict] | None:
-    """``[{"text", "label"}]`` from ``{"timex": [...], "eventx": [...]}`` or labelled items."""
+def _labelled_predictions(value: Any, labels: tuple[str, ...], depth: int = 0) -> list[dict] | None:
+    """``[{"text", "label"}]`` from an object with one span list per label (``{"timex": [...],
+    "eventx": [...]}``, ``{"time_expressions": [...], "events": [...]}``) or labelled items.
+
+    None when it is not such an answer, also when a label's key is present but does not hold
+    a list of strings (a garbled answer is not an empty one).
+    """
     if isinstance(value, list):
         labelled = [_labelled_item(item) for item in value]
-        labelled = [item for item in labelled if item is not None]
+        labelled = [item for item in labelled if item is not None and item["label"] in labels]
         return _dedupe_labelled(labelled) if labelled or not value else None
-    if not isinstance(value, dict):
+    if not isinstance(value, dict) or depth > 2:
         return None
-    timex = _find_list(value, _TASK_LIST_KEYS["timex"]) if _lookup(value, _TASK_LIST_KEYS["timex"]) is not None else None
-    eventx = _find_list(value, _TASK_LIST_KEYS["eventx"]) if _lookup(value, _TASK_LIST_KEYS["eventx"]) is not None else None
-    if timex is None and eventx is None:
+    found: dict[str, list[str]] = {}
+    for label in labels:
+        keys = _LABEL_LIST_KEYS[label]
+        raw = _lookup(value, keys)
+        if raw is None:
+            continue
+        spans = _span_list(_find_list(raw, keys, 1))
+        if spans is None:
+            return None
+        found[label] = spans
+    if not found:
         inner = _lookup(value, _GENERIC_LIST_KEYS)
-        return _comp_predictions(inner) if isinstance(inner, (dict, list)) else None
-    predictions = [{"text": s, "label": "TIMEX"} for s in _span_list(timex or []) or []]
-    predictions += [{"text": s, "label": "EVENT"} for s in _span_list(eventx or []) or []]
+        return _labelled_predictions(inner, labels, depth + 1) if isinstance(inner, (dict, list)) else None
+    predictions = [{"text": s, "label": label} for label in labels for s in found.get(label, [])]
     return _dedupe_labelled(predictions)
 
 

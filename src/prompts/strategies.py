@@ -5,22 +5,38 @@ deductive (an explicit span definition) and abductive (candidates, reasoning ste
 selection). Its name lists them with ``+`` (``I``, ``D``, ``A``, ``D+I``, ``A+I``,
 ``A+D``, ``A+D+I``); Hydra accepts these names as written (``strategy=A+D+I``).
 The configs in ``conf/strategy/`` are read with ``strategy_from_config``.
+
+Strategy names, letters and parts come from :mod:`src.study` (``STRATEGY_ORDER``,
+``REASONING_PARTS``, ``strategy_parts``); the reasoning texts and their order in the prompt
+from ``templates.REASONING_TEMPLATES``. A prompt is built for an answer format
+(``compact`` | ``study``, see ``answer_schema``) and a prompt form: ``chat`` (system + user
+messages) or ``completion`` (one plain text the model continues after an open answer cue,
+sent with ``ChatRequest(completion=True)``). ``build_request_parts`` returns everything a
+``ChatRequest`` needs from this side, the response schema included.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from src.data.schema import Record
+from src.study import REASONING_PARTS, STRATEGY_ORDER, strategy_parts
 
 from . import templates
-from .exemplars import check_task, gold_answer
+from .answer_schema import check_format, check_prompt_form, request_schema
+from .exemplars import check_task, gold_answer, target_spans
 
-STRATEGY_NAMES = ("I", "D", "A", "D+I", "A+I", "A+D", "A+D+I")
+#: The study's strategy names, re-exported from :mod:`src.study` (the one definition).
+STRATEGY_NAMES = STRATEGY_ORDER
 K_CHOICES = (3, 5, 8)
 DEFAULT_K = 5
-_LETTERS = {"I": "inductive", "D": "deductive", "A": "abductive"}
+_LETTERS = {part.letter: part.name for part in REASONING_PARTS}
+#: The reasoning parts a Strategy holds as fields (they change more than the prompt text:
+#: exemplars, the answer format, the generation budget). Parts that only add text are
+#: read from the strategy's name (``Strategy.parts``).
+_FIELDS = ("inductive", "deductive", "abductive")
 _CONFIG_KEYS = ("name", "display_name", "components", "k", "inductive_plus", "max_tokens")
 
 
@@ -40,7 +56,7 @@ class Strategy:
     def __post_init__(self) -> None:
         if self.name not in STRATEGY_NAMES:
             raise ValueError(f"unknown strategy {self.name!r} (expected one of {', '.join(STRATEGY_NAMES)})")
-        expected = components_of(self.name)
+        expected = {key: components_of(self.name).get(key, False) for key in _FIELDS}
         actual = {"inductive": self.inductive, "deductive": self.deductive, "abductive": self.abductive}
         if actual != expected:
             raise ValueError(f"strategy {self.name!r} needs components {expected}, got {actual}")
@@ -62,13 +78,22 @@ class Strategy:
         """The study's "inductive+" group: every strategy that shows exemplars."""
         return self.inductive
 
+    @property
+    def parts(self) -> dict[str, bool]:
+        """Every reasoning part of ``src.study.REASONING_PARTS``: whether this strategy uses it."""
+        return components_of(self.name)
+
 
 def components_of(name: str) -> dict[str, bool]:
-    """The reasoning types a strategy name stands for, e.g. ``A+D`` -> abductive and deductive."""
-    letters = name.split("+")
-    if not letters or any(letter not in _LETTERS for letter in letters) or len(set(letters)) != len(letters):
-        raise ValueError(f"strategy name {name!r} must join distinct letters from I, D, A with '+'")
-    return {component: letter in letters for letter, component in _LETTERS.items()}
+    """The reasoning types a strategy name stands for, e.g. ``A+D`` -> abductive and deductive.
+
+    The letters and their parts are ``src.study.REASONING_PARTS`` (``strategy_parts``).
+    """
+    try:
+        return strategy_parts(name)
+    except ValueError:
+        letters = ", ".join(_LETTERS)
+        raise ValueError(f"strategy name {name!r} must join distinct letters from {letters} with '+'") from None
 
 
 def get_strategy(name: str, k: int | None = None) -> Strategy:
@@ -94,7 +119,7 @@ def strategy_from_config(cfg: Mapping, where: str = "strategy config") -> Strate
     if missing:
         raise ValueError(f"{where}: missing key(s) {', '.join(missing)}")
     components = cfg["components"]
-    for key in _LETTERS.values():
+    for key in _FIELDS:
         if not isinstance(components.get(key), bool):
             raise ValueError(f"{where}: components.{key} must be true or false")
     strategy = Strategy(
@@ -103,7 +128,7 @@ def strategy_from_config(cfg: Mapping, where: str = "strategy config") -> Strate
         k=cfg["k"],
         max_tokens=cfg["max_tokens"],
         max_tokens_document=cfg.get("max_tokens_document", cfg["max_tokens"]),
-        **{key: bool(components[key]) for key in _LETTERS.values()},
+        **{key: bool(components[key]) for key in _FIELDS},
     )
     flag = cfg["inductive_plus"]
     if not isinstance(flag, bool) or flag != strategy.inductive_plus:
@@ -111,8 +136,7 @@ def strategy_from_config(cfg: Mapping, where: str = "strategy config") -> Strate
     return strategy
 
 
-def build_user_prompt(strategy: Strategy, task: str, text: str, exemplars: Sequence[Record] = ()) -> str:
-    """The user message: task, reasoning type(s), output format, exemplars, then the input."""
+def _check_call(strategy: Strategy, task: str, text: str, exemplars: Sequence[Record]) -> None:
     check_task(task)
     if not isinstance(text, str) or not text.strip():
         raise ValueError("the input text is empty")
@@ -121,19 +145,26 @@ def build_user_prompt(strategy: Strategy, task: str, text: str, exemplars: Seque
     if not strategy.inductive and exemplars:
         raise ValueError(f"strategy {strategy.name!r} takes no exemplars, got {len(exemplars)}")
 
-    targets = templates.TARGET_NOUN[task]
+
+def _reasoning_parts(strategy: Strategy, task: str) -> list[str]:
+    """The reasoning-type definitions the strategy uses, in ``templates.REASONING_TEMPLATES`` order."""
+    parts = strategy.parts
+    return [templates.reasoning_text(part, task) for part in templates.REASONING_TEMPLATES if parts.get(part)]
+
+
+def build_user_prompt(
+    strategy: Strategy, task: str, text: str, exemplars: Sequence[Record] = (), answer_format: str = "compact"
+) -> str:
+    """The user message: task, reasoning type(s), output format, exemplars, then the input."""
+    check_format(answer_format)
+    _check_call(strategy, task, text, exemplars)
     parts = [templates.TASK_DEFINITIONS[task]]
-    if strategy.deductive:
-        parts.append(templates.DEDUCTIVE[task])
-    if strategy.abductive:
-        parts.append(templates.ABDUCTIVE.format(targets=targets))
-    if strategy.inductive:
-        parts.append(templates.INDUCTIVE.format(targets=targets))
-    parts.append(templates.OUTPUT_FORMATS[(task, strategy.abductive)])
+    parts += _reasoning_parts(strategy, task)
+    parts.append(templates.OUTPUT_FORMAT_SETS[answer_format][(task, strategy.abductive)])
     if strategy.inductive:
         blocks = [
             templates.EXAMPLE_BLOCK.format(
-                number=number, text=record.text, answer=gold_answer(record, task, strategy.abductive)
+                number=number, text=record.text, answer=gold_answer(record, task, strategy.abductive, answer_format)
             )
             for number, record in enumerate(exemplars, start=1)
         ]
@@ -142,17 +173,101 @@ def build_user_prompt(strategy: Strategy, task: str, text: str, exemplars: Seque
     return "\n\n".join(parts)
 
 
-def build_messages(
-    strategy: Strategy | str, task: str, text: str, exemplars: Sequence[Record] = ()
-) -> tuple[tuple[str, str], ...]:
-    """The (system, user) messages for one input, in ``ChatRequest.messages`` form.
+def completion_answer(record: Record, task: str, abductive: bool, answer_format: str = "compact") -> str:
+    """A record's gold answer as the completion form writes it after ``Text: ...``.
 
-    Deterministic: the same strategy, task, text and exemplars give the same messages,
-    so the response cache can key on them. The input text is the end of the user message.
+    ``Time expressions: [...]`` (``Events: [...]``; both lines for comp), or for abductive
+    strategies the abductive cue followed by the format's structured JSON.
     """
+    if abductive or len(templates.TASK_LABELS[task]) == 1:
+        answer = gold_answer(record, task, abductive, answer_format)
+        return templates.completion_cue(task, abductive) + " " + answer
+    spans = target_spans(record, task)
+    lines = []
+    for label in templates.TASK_LABELS[task]:
+        values = list(dict.fromkeys(span.text for span in spans if span.label == label))
+        lines.append(templates.COMPLETION_LABELS[label] + ": " + json.dumps(values, ensure_ascii=False))
+    return "\n".join(lines)
+
+
+def build_completion_prompt(
+    strategy: Strategy, task: str, text: str, exemplars: Sequence[Record] = (), answer_format: str = "compact"
+) -> str:
+    """The completion-form prompt: one plain text the model continues after the answer cue.
+
+    The system role and the definitions as plain paragraphs, the output format, exemplars
+    as ``Text: ...`` / answer-line pairs, then ``Text: <input>`` and the open cue line
+    (``Time expressions:``; ``Events:``; for abductive strategies the structured-answer cue).
+    """
+    check_format(answer_format)
+    _check_call(strategy, task, text, exemplars)
+    parts = [templates.SYSTEM_ROLE, templates.TASK_DEFINITIONS[task]]
+    parts += _reasoning_parts(strategy, task)
+    parts.append(templates.completion_output_format(task, strategy.abductive, answer_format))
+    if strategy.inductive:
+        pairs = [
+            "Text: " + record.text + "\n" + completion_answer(record, task, strategy.abductive, answer_format)
+            for record in exemplars
+        ]
+        parts.append(templates.EXAMPLES_HEADER + "\n" + "\n\n".join(pairs))
+    parts.append(templates.INPUT_HEADER + text + "\n" + templates.completion_cue(task, strategy.abductive))
+    return "\n\n".join(parts)
+
+
+def _as_strategy(strategy: Strategy | str, exemplars: Sequence[Record]) -> Strategy:
     if isinstance(strategy, str):
-        strategy = get_strategy(strategy, k=len(exemplars) or None)
+        return get_strategy(strategy, k=len(exemplars) or None)
+    return strategy
+
+
+def build_messages(
+    strategy: Strategy | str,
+    task: str,
+    text: str,
+    exemplars: Sequence[Record] = (),
+    answer_format: str = "compact",
+    prompt_form: str = "chat",
+) -> tuple[tuple[str, str], ...]:
+    """The messages for one input, in ``ChatRequest.messages`` form.
+
+    ``chat``: (system, user) messages. ``completion``: one ("user", text) message, to be sent
+    with ``ChatRequest(completion=True)``. Deterministic: the same arguments give the same
+    messages, so the response cache can key on them. The input text (plus, in the completion
+    form, the open answer cue) is the end of the user message.
+    """
+    check_prompt_form(prompt_form)
+    strategy = _as_strategy(strategy, exemplars)
+    if prompt_form == "completion":
+        return (("user", build_completion_prompt(strategy, task, text, exemplars, answer_format)),)
     return (
         ("system", templates.SYSTEM_ROLE),
-        ("user", build_user_prompt(strategy, task, text, exemplars)),
+        ("user", build_user_prompt(strategy, task, text, exemplars, answer_format)),
     )
+
+
+@dataclass(frozen=True)
+class RequestParts:
+    """What ``ChatRequest`` needs from the prompt side for one input.
+
+    ``ChatRequest(messages=p.messages, completion=p.completion, response_schema=p.response_schema, ...)``
+    """
+
+    messages: tuple[tuple[str, str], ...]
+    completion: bool
+    response_schema: str | None
+
+
+def build_request_parts(
+    strategy: Strategy | str,
+    task: str,
+    text: str,
+    exemplars: Sequence[Record] = (),
+    answer_format: str = "compact",
+    prompt_form: str = "chat",
+    constrained: bool = False,
+) -> RequestParts:
+    """Messages, completion flag and response schema for one input (see ``request_schema``)."""
+    strategy = _as_strategy(strategy, exemplars)
+    messages = build_messages(strategy, task, text, exemplars, answer_format, prompt_form)
+    schema = request_schema(task, strategy, answer_format, constrained, prompt_form)
+    return RequestParts(messages, prompt_form == "completion", schema)

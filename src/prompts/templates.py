@@ -9,14 +9,14 @@ the embedded default model is a 135M model with an 8k context, and whole documen
 
 from __future__ import annotations
 
-TASKS = ("timex", "eventx", "comp")
+import json
 
-#: Which gold span labels each task extracts.
-TASK_LABELS: dict[str, tuple[str, ...]] = {
-    "timex": ("TIMEX",),
-    "eventx": ("EVENT",),
-    "comp": ("TIMEX", "EVENT"),
-}
+from src.study import TASK_LABELS, TASK_ORDER
+
+from .answer_schema import REASONING_KEY, TEXT_KEY, answer_shape
+
+#: The tasks and their gold labels, re-exported from :mod:`src.study` (the one definition).
+TASKS = TASK_ORDER
 
 #: How a task's targets are named inside the prompt text.
 TARGET_NOUN = {
@@ -157,3 +157,138 @@ ABDUCTIVE_EXAMPLE_STEPS = {
     "select_one": "One candidate, nothing overlaps: keep it.",
     "select_many": "No two candidates overlap: keep all {count}.",
 }
+
+#: The reasoning parts' texts in prompt order, keyed by ``src.study.REASONING_PARTS`` names.
+#: An entry is a per-task dict of texts or one text with a ``{targets}`` placeholder. A new
+#: reasoning letter is one entry here (its position is its place in the prompt) plus one
+#: ``REASONING_PARTS`` entry in ``src/study.py``.
+REASONING_TEMPLATES: dict[str, dict[str, str] | str] = {
+    "deductive": DEDUCTIVE,
+    "abductive": ABDUCTIVE,
+    "inductive": INDUCTIVE,
+}
+
+
+def reasoning_text(part: str, task: str) -> str:
+    """The prompt text of one reasoning part for a task."""
+    template = REASONING_TEMPLATES[part]
+    if isinstance(template, dict):
+        return template[task]
+    return template.format(targets=TARGET_NOUN[task])
+
+
+# ----- the study's answer formats -----------------------------------------------------------------
+
+#: How one label's spans are named inside the prompt text.
+LABEL_NOUN = {"TIMEX": "time expressions", "EVENT": "event triggers"}
+
+_STUDY_LIST_RULE = "copied exactly from the text, each listed once, in order of appearance"
+
+#: The one structured example that abductive prompts in the study format carry: a sentence
+#: written for this project, its spans per label, and its reasoning per task.
+STUDY_EXAMPLE_TEXT = "The museum reopened on Saturday after a two-year renovation, officials said."
+STUDY_EXAMPLE_SPANS = {
+    "TIMEX": ["Saturday", "two-year"],
+    "EVENT": ["reopened", "renovation", "said"],
+}
+STUDY_EXAMPLE_STEPS = {
+    "timex": [
+        'Candidates: "Saturday", "after", "two-year".',
+        '"after" only relates two times; "Saturday" is a date and "two-year" a duration.',
+        'No two candidates overlap: keep "Saturday" and "two-year".',
+    ],
+    "eventx": [
+        'Candidates: "museum", "reopened", "renovation", "said".',
+        '"museum" is a thing; the others happen: an action, an occurrence, a report.',
+        'No two candidates overlap: keep "reopened", "renovation" and "said".',
+    ],
+    "comp": [
+        'Time candidates: "Saturday", "two-year"; event candidates: "reopened", "renovation", "said".',
+        'Each time candidate is a whole time expression, each event candidate a head word.',
+        "No two candidates overlap: keep all five under their kind.",
+    ],
+}
+
+
+def study_example_answer(task: str) -> list[dict]:
+    """The study-format abductive answer for :data:`STUDY_EXAMPLE_TEXT`."""
+    shape = answer_shape(task, True, "study")
+    labels = shape.span_keys
+    answer: dict = {}
+    for key in shape.keys:
+        if key == TEXT_KEY:
+            answer[key] = STUDY_EXAMPLE_TEXT
+        elif key == REASONING_KEY:
+            answer[key] = STUDY_EXAMPLE_STEPS[task]
+        else:
+            answer[key] = STUDY_EXAMPLE_SPANS[labels[key]]
+    return [answer]
+
+
+def _quoted_keys(keys: list[str]) -> str:
+    return ", ".join(f'"{key}": [...]' for key in keys)
+
+
+def _study_output_format(task: str, abductive: bool, cue: str = "Output:") -> str:
+    shape = answer_shape(task, abductive, "study")
+    span_keys = shape.span_keys
+    described = " and ".join(f'the {LABEL_NOUN[label]} under "{key}"' for key, label in span_keys.items())
+    if shape.container == "array":
+        return (
+            f"Output: a JSON array of strings: the {TARGET_NOUN[task]}, {_STUDY_LIST_RULE}, "
+            "e.g. " + ('["last week", "Friday"]' if TASK_LABELS[task] == ("TIMEX",) else '["said", "meeting"]')
+            + ". If there are none, output []."
+        )
+    if shape.container == "object":
+        return (
+            "Output: one JSON object {" + _quoted_keys(list(span_keys)) + "} with " + described
+            + f", each a list of strings {_STUDY_LIST_RULE}. Use [] for an empty list."
+        )
+    example = json.dumps(study_example_answer(task), ensure_ascii=False)
+    return (
+        'Output: a JSON list with one object for the text, [{"text": "...", '
+        + _quoted_keys(list(span_keys)) + ', "reasoning_steps": [...]}]: "text" repeats the input text, '
+        + described + f", each a list of strings {_STUDY_LIST_RULE}, and \"reasoning_steps\" holds "
+        "your reasoning steps as short strings. Use [] for an empty list. "
+        f"An example of the format:\nText: {STUDY_EXAMPLE_TEXT}\n{cue} {example}"
+    )
+
+
+#: The study's answer formats, keyed by (task, abductive).
+STUDY_OUTPUT_FORMATS = {(task, abductive): _study_output_format(task, abductive) for task in TASKS for abductive in (False, True)}
+
+#: Both format sets, keyed by answer format then (task, abductive).
+OUTPUT_FORMAT_SETS = {"compact": OUTPUT_FORMATS, "study": STUDY_OUTPUT_FORMATS}
+
+
+# ----- the completion prompt form -----------------------------------------------------------------
+
+#: Answer lines of the completion form: one line per label, ``Time expressions: [...]``.
+COMPLETION_LABELS = {"TIMEX": "Time expressions", "EVENT": "Events"}
+#: The answer line of an abductive completion prompt: it asks for the structured answer.
+COMPLETION_ABDUCTIVE_CUE = "Reasoning steps and {targets} (JSON):"
+
+
+def completion_cue(task: str, abductive: bool) -> str:
+    """The line the completion prompt leaves open (the model writes the answer after it)."""
+    if abductive:
+        return COMPLETION_ABDUCTIVE_CUE.format(targets=TARGET_NOUN[task])
+    return COMPLETION_LABELS[TASK_LABELS[task][0]] + ":"
+
+
+def completion_output_format(task: str, abductive: bool, answer_format: str) -> str:
+    """The output-format part of a completion prompt.
+
+    Abductive and single-label answers are the format's JSON (the study's abductive example
+    is shown after the abductive cue); a non-abductive multi-label answer is one labelled
+    JSON array line per label.
+    """
+    if abductive and answer_format == "study":
+        return _study_output_format(task, True, cue=completion_cue(task, True))
+    if abductive or len(TASK_LABELS[task]) == 1:
+        return OUTPUT_FORMAT_SETS[answer_format][(task, abductive)]
+    lines = " then ".join(f'"{COMPLETION_LABELS[label]}: [...]"' for label in TASK_LABELS[task])
+    return (
+        f"Output: one line per kind, {lines}, each a JSON array of strings, "
+        + _COPY_RULE + ". Use [] for an empty list."
+    )

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from src.prompts.parsing import ParsedAnswer, parse_answer
+from src.prompts.parsing import PARSER_ERROR, ParsedAnswer, parse_answer
 
 SPAN_CASES = [
     # (raw answer, expected predictions)
@@ -150,19 +152,43 @@ def test_unknown_task_is_a_caller_error():
         parse_answer("[]", "dates", abductive=False)
 
 
-def test_deeply_nested_input_does_not_raise():
-    parsed = parse_answer("[" * 5000 + "]" * 5000, "timex", abductive=False)
-    assert isinstance(parsed, ParsedAnswer)
+def test_deeply_nested_input_is_reported_not_parsed():
+    # too deep for the decoders: reported as such, not by the parser's catch-all
+    assert parse_answer("[" * 5000 + "]" * 5000, "timex", abductive=False) == ParsedAnswer(
+        [], None, False, "no JSON value found"
+    )
+    # decodable, but a list of lists holds no span
+    assert parse_answer("[" * 50 + "]" * 50, "timex", abductive=False) == ParsedAnswer(
+        [], None, False, "JSON found (list) but no timex answer in it"
+    )
+
+
+_FAILURE_REASONS = ("no output", "empty output", "no JSON value found", "JSON found (", "answer cut off")
+#: An empty prediction marked ok needs an empty list in the text (``[]``, ``[""]``): never a
+#: garbled or cut-off answer read as "nothing found".
+_EMPTY_LIST = re.compile(r"\[[\s'\",\\]*\]")
 
 
 @settings(max_examples=150, deadline=None)
 @given(st.text(alphabet=st.sampled_from(list("[]{}\"',: abc\\\n`")), max_size=60))
-def test_never_raises_on_bracket_soup(raw):
+def test_bracket_soup_is_parsed_or_reported_never_caught(raw):
     for task in ("timex", "eventx", "comp"):
         for abductive in (False, True):
-            parsed = parse_answer(raw, task, abductive)
-            assert parsed.ok or parsed.predictions == []
-            assert all(isinstance(p, (str, dict)) for p in parsed.predictions)
+            for answer_format in ("compact", "study"):
+                parsed = parse_answer(raw, task, abductive, answer_format=answer_format)
+                assert not (parsed.error or "").startswith(PARSER_ERROR), parsed.error
+                if parsed.ok:
+                    assert parsed.error is None
+                    for p in parsed.predictions:
+                        if task == "comp":
+                            assert set(p) == {"text", "label"} and p["label"] in ("TIMEX", "EVENT")
+                            p = p["text"]
+                        assert isinstance(p, str) and p and p == p.strip()
+                    if not parsed.predictions:
+                        assert _EMPTY_LIST.search(raw), (raw, task, abductive, answer_format)
+                else:
+                    assert parsed.predictions == [] and not parsed.well_formed
+                    assert parsed.error.startswith(_FAILURE_REASONS), parsed.error
 
 
 @settings(max_examples=100, deadline=None)
@@ -173,3 +199,131 @@ def test_roundtrip_of_well_formed_arrays(spans):
     parsed = parse_answer(json.dumps(spans), "eventx", abductive=False)
     assert parsed.ok
     assert parsed.predictions == list(dict.fromkeys(s.strip() for s in spans if s.strip()))
+
+
+# ----- garbled answers are failures, not empty predictions ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    "raw, task, abductive",
+    [
+        ('{"timex": [1, 2], "eventx": ["said"]}', "comp", False),
+        ('{"timex": "Monday", "eventx": ["said"]}', "comp", False),
+        ('{"timex": ["Monday"], "eventx": "none"}', "comp", False),
+        ('{"spans": "Monday"}', "timex", True),
+        ("['':", "timex", False),
+        ('["', "timex", False),
+    ],
+)
+def test_garbled_answers_fail(raw, task, abductive):
+    parsed = parse_answer(raw, task, abductive)
+    assert parsed.ok is False and parsed.predictions == [] and not parsed.well_formed
+    assert parsed.error.startswith(("JSON found (", "no JSON value found")), parsed.error
+
+
+def test_answer_cut_off_after_its_reasoning_is_a_failure():
+    # the reasoning list inside the cut object must not be read as the spans
+    parsed = parse_answer('{"reasoning_steps": ["Monday is a date", "keep it"], "spans": [', "timex", True)
+    assert parsed == ParsedAnswer([], ["Monday is a date", "keep it"], False, parsed.error)
+    assert parsed.error.startswith("answer cut off")
+    study = parse_answer('[{"text": "On Monday.", "reasoning_steps": ["a", "b', "timex", True, answer_format="study")
+    assert study.ok is False and study.predictions == [] and study.error.startswith("answer cut off")
+    # an explicitly empty span list that lost its closing brace is an empty answer
+    empty = parse_answer('{"reasoning_steps": ["none"], "spans": []', "timex", True)
+    assert empty.ok and empty.predictions == [] and not empty.well_formed
+
+
+# ----- the study's formats ------------------------------------------------------------------------
+
+STUDY_ABDUCTIVE = (
+    '[{"text": "He left on Monday and returned a week later.", "time_expressions": ["Monday", "a week later"], '
+    '"reasoning_steps": ["Monday is a date", "a week later is relative"]}]'
+)
+
+
+def test_study_abductive_answer_is_read_and_well_formed():
+    parsed = parse_answer(STUDY_ABDUCTIVE, "timex", True, answer_format="study")
+    assert parsed == ParsedAnswer(
+        ["Monday", "a week later"], ["Monday is a date", "a week later is relative"], True, None, True
+    )
+    # the compact format reads it too, but it is not that format's shape
+    compact = parse_answer(STUDY_ABDUCTIVE, "timex", True)
+    assert compact.predictions == ["Monday", "a week later"] and not compact.well_formed
+
+
+def test_study_abductive_objects_are_unioned_in_order():
+    raw = (
+        '[{"text": "a", "events": ["said", "left"], "reasoning_steps": ["one"]},'
+        ' {"text": "b", "events": ["left", "came"], "reasoning_steps": ["two", "three"]}]'
+    )
+    parsed = parse_answer(raw, "eventx", True, answer_format="study")
+    assert parsed.predictions == ["said", "left", "came"]
+    assert parsed.reasoning_steps == ["one", "two", "three"]
+    assert parsed.ok and parsed.well_formed
+
+
+def test_study_abductive_input_text_is_never_a_prediction():
+    raw = '[{"text": "On Monday he left.", "time_expressions": [], "reasoning_steps": ["nothing"]}]'
+    parsed = parse_answer(raw, "timex", True, answer_format="study")
+    assert parsed == ParsedAnswer([], ["nothing"], True, None, True)
+
+
+def test_study_comp_answers():
+    raw = (
+        '[{"text": "t", "time_expressions": ["noon"], "events": ["left", "noon"], "reasoning_steps": ["r"]},'
+        ' {"text": "u", "time_expressions": ["noon", "today"], "events": [], "reasoning_steps": []}]'
+    )
+    parsed = parse_answer(raw, "comp", True, answer_format="study")
+    assert [(p["text"], p["label"]) for p in parsed.predictions] == [
+        ("noon", "TIMEX"), ("left", "EVENT"), ("noon", "EVENT"), ("today", "TIMEX")]
+    assert parsed.reasoning_steps == ["r"] and parsed.well_formed
+    plain = parse_answer('{"time_expressions": ["noon"], "events": ["left"]}', "comp", False, answer_format="study")
+    assert plain.well_formed and [(p["text"], p["label"]) for p in plain.predictions] == [
+        ("noon", "TIMEX"), ("left", "EVENT")]
+    assert not parse_answer('{"time_expressions": ["noon"], "events": ["left"]}', "comp", False).well_formed
+    # one object without the outer list: read, not well-formed
+    single = parse_answer('{"text": "t", "time_expressions": ["noon"], "events": [], "reasoning_steps": []}',
+                          "comp", True, answer_format="study")
+    assert single.ok and not single.well_formed and single.predictions == [{"text": "noon", "label": "TIMEX"}]
+
+
+def test_unknown_format_or_form_is_a_caller_error():
+    with pytest.raises(ValueError, match="answer format"):
+        parse_answer("[]", "timex", False, answer_format="paper")
+    with pytest.raises(ValueError, match="prompt form"):
+        parse_answer("[]", "timex", False, prompt_form="text")
+
+
+# ----- the completion prompt form -----------------------------------------------------------------
+
+
+def test_completion_answer_is_cut_before_the_model_invents_the_next_example():
+    raw = ' ["Tuesday", "two weeks"]\n\nText: Prices fell on Friday.\nTime expressions: ["Friday"]'
+    parsed = parse_answer(raw, "timex", False, prompt_form="completion")
+    assert parsed == ParsedAnswer(["Tuesday", "two weeks"], None, True, None, True)
+    # in the chat form the same text would end with the invented answer
+    assert parse_answer(raw, "timex", False).predictions == ["Friday"]
+
+
+def test_completion_comp_reads_the_labelled_lines():
+    raw = ' ["Tuesday"]\nEvents: ["resumed", "strike", "began"]\n\nText: next\nTime expressions: ["x"]'
+    parsed = parse_answer(raw, "comp", False, prompt_form="completion")
+    assert [(p["text"], p["label"]) for p in parsed.predictions] == [
+        ("Tuesday", "TIMEX"), ("resumed", "EVENT"), ("strike", "EVENT"), ("began", "EVENT")]
+    assert parsed.ok and parsed.well_formed
+    cut = parse_answer(' ["Tuesday"]\nEvents: ["resumed", "stri', "comp", False, prompt_form="completion")
+    assert cut.ok and not cut.well_formed
+    assert [(p["text"], p["label"]) for p in cut.predictions] == [("Tuesday", "TIMEX"), ("resumed", "EVENT")]
+    only_first = parse_answer(' ["Tuesday"]', "comp", False, prompt_form="completion")
+    assert only_first.ok and not only_first.well_formed and only_first.predictions == [
+        {"text": "Tuesday", "label": "TIMEX"}]
+    as_json = parse_answer(' {"timex": ["noon"], "eventx": ["left"]}', "comp", False, prompt_form="completion")
+    assert [(p["text"], p["label"]) for p in as_json.predictions] == [("noon", "TIMEX"), ("left", "EVENT")]
+    garbled = parse_answer(" none\nEvents: nothing", "comp", False, prompt_form="completion")
+    assert garbled.ok is False and garbled.predictions == []
+
+
+def test_completion_abductive_continuation():
+    raw = ' {"reasoning_steps": ["r"], "spans": ["said"]}\n\nText: other\nReasoning steps and event triggers (JSON): {}'
+    parsed = parse_answer(raw, "eventx", True, prompt_form="completion")
+    assert parsed == ParsedAnswer(["said"], ["r"], True, None, True)

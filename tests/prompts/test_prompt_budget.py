@@ -44,7 +44,11 @@ def test_longest_prompts_fit_smollm2_context():
         strategy = get_strategy(name, k=8 if "I" in name.split("+") else None)
         for task in TASKS:
             exemplars = select_exemplars(pool, strategy.k, 0, task)
-            messages = build_messages(strategy, task, document, exemplars)
-            chat = [{"role": role, "content": content} for role, content in messages]
-            n_prompt = len(tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=True))
-            assert n_prompt + strategy.max_tokens_document <= 8192, (name, task, n_prompt)
+            for answer_format in ("compact", "study"):
+                messages = build_messages(strategy, task, document, exemplars, answer_format=answer_format)
+                chat = [{"role": role, "content": content} for role, content in messages]
+                n_prompt = len(tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=True))
+                assert n_prompt + strategy.max_tokens_document <= 8192, (name, task, answer_format, n_prompt)
+                (completion,) = build_messages(strategy, task, document, exemplars, answer_format, "completion")
+                n_prompt = len(tokenizer(completion[1])["input_ids"])
+                assert n_prompt + strategy.max_tokens_document <= 8192, (name, task, answer_format, n_prompt)

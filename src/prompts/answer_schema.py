@@ -1,0 +1,200 @@
+"""Answer formats, their JSON schemas, and when a request carries one.
+
+Two answer-format sets, selectable per run (``answer_format``):
+
+``compact`` (the project's original formats)
+    - timex / eventx, not abductive: a JSON array of strings, ``["last week", "Friday"]``.
+    - timex / eventx, abductive: one object ``{"reasoning_steps": [...], "spans": [...]}``.
+    - comp, not abductive: one object ``{"timex": [...], "eventx": [...]}``.
+    - comp, abductive: one object ``{"reasoning_steps": [...], "timex": [...], "eventx": [...]}``.
+
+``study`` (the study's formats)
+    - timex / eventx, not abductive: a JSON array of strings, no duplicates, in order of
+      appearance (the same shape as ``compact``).
+    - comp, not abductive: one object ``{"time_expressions": [...], "events": [...]}`` (the
+      study's abductive key names, without the text and the reasoning).
+    - abductive: a JSON list of objects, one per input text, each
+      ``{"text": <the input>, <list key(s)>: [...], "reasoning_steps": [...]}`` where the list
+      key is ``"time_expressions"`` (timex), ``"events"`` (eventx) or both (comp).
+
+Every list holds strings. ``answer_schema`` gives the JSON schema of a format; it describes
+exactly the answers :func:`src.prompts.parsing.parse_answer` reports as ``well_formed`` (no
+``uniqueItems`` and no ``pattern``, so llama.cpp's json-schema-to-grammar converter takes
+it; duplicates are therefore allowed by the schema and removed by the parser).
+:func:`schema_text` is its canonical text for ``ChatRequest.response_schema`` and
+:func:`request_schema` the policy of which requests carry one.
+
+The keys of a format come from the gold labels of :mod:`src.study` through
+:data:`LABEL_KEYS`, so a new task is a new label combination, not new code here.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from src.study import TASK_LABELS, TASK_ORDER, strategy_parts
+
+ANSWER_FORMATS: tuple[str, ...] = ("compact", "study")
+PROMPT_FORMS: tuple[str, ...] = ("chat", "completion")
+
+#: The key that holds a label's spans in an object answer, per format.
+LABEL_KEYS: dict[str, dict[str, str]] = {
+    "compact": {"TIMEX": "timex", "EVENT": "eventx"},
+    "study": {"TIMEX": "time_expressions", "EVENT": "events"},
+}
+#: Single-label abductive answers in the compact format keep their spans under this key.
+COMPACT_SPANS_KEY = "spans"
+REASONING_KEY = "reasoning_steps"
+#: The study's abductive objects repeat the input text under this key.
+TEXT_KEY = "text"
+
+
+@dataclass(frozen=True)
+class AnswerShape:
+    """The shape of a well-formed answer.
+
+    Attributes:
+        container: ``"array"`` (a JSON array of strings), ``"object"`` (one object) or
+            ``"objects"`` (a JSON list of objects, at least one).
+        keys: the object's keys in the order the model should write them (empty for
+            ``"array"``); every key holds an array of strings except ``TEXT_KEY``.
+        label_keys: ``{key: label}`` for the keys that hold predicted spans.
+    """
+
+    container: str
+    keys: tuple[str, ...] = ()
+    label_keys: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def span_keys(self) -> dict[str, str]:
+        """``{key: label}`` of the span lists, in key order."""
+        return dict(self.label_keys)
+
+
+def check_format(answer_format: str) -> None:
+    """Raise ValueError for an answer format outside :data:`ANSWER_FORMATS`."""
+    if answer_format not in ANSWER_FORMATS:
+        raise ValueError(f"unknown answer format {answer_format!r} (expected one of {', '.join(ANSWER_FORMATS)})")
+
+
+def check_prompt_form(prompt_form: str) -> None:
+    """Raise ValueError for a prompt form outside :data:`PROMPT_FORMS`."""
+    if prompt_form not in PROMPT_FORMS:
+        raise ValueError(f"unknown prompt form {prompt_form!r} (expected one of {', '.join(PROMPT_FORMS)})")
+
+
+def _check_task(task: str) -> None:
+    if task not in TASK_LABELS:
+        raise ValueError(f"unknown task {task!r} (expected one of {', '.join(TASK_ORDER)})")
+
+
+def answer_shape(task: str, abductive: bool, answer_format: str = "compact") -> AnswerShape:
+    """The shape of a well-formed answer for a task, reasoning type and format."""
+    _check_task(task)
+    check_format(answer_format)
+    labels = TASK_LABELS[task]
+    if answer_format == "compact":
+        if len(labels) == 1 and not abductive:
+            return AnswerShape("array")
+        if len(labels) == 1:
+            keys = (REASONING_KEY, COMPACT_SPANS_KEY)
+            return AnswerShape("object", keys, ((COMPACT_SPANS_KEY, labels[0]),))
+        label_keys = tuple((LABEL_KEYS["compact"][label], label) for label in labels)
+        keys = ((REASONING_KEY,) if abductive else ()) + tuple(key for key, _ in label_keys)
+        return AnswerShape("object", keys, label_keys)
+    label_keys = tuple((LABEL_KEYS["study"][label], label) for label in labels)
+    if not abductive:
+        if len(labels) == 1:
+            return AnswerShape("array")
+        return AnswerShape("object", tuple(key for key, _ in label_keys), label_keys)
+    keys = (TEXT_KEY,) + tuple(key for key, _ in label_keys) + (REASONING_KEY,)
+    return AnswerShape("objects", keys, label_keys)
+
+
+_STRINGS: dict[str, Any] = {"type": "array", "items": {"type": "string"}, "minItems": 0}
+
+
+def _object_schema(keys: tuple[str, ...]) -> dict:
+    properties = {key: ({"type": "string"} if key == TEXT_KEY else dict(_STRINGS)) for key in keys}
+    return {"type": "object", "properties": properties, "required": list(keys), "additionalProperties": False}
+
+
+def answer_schema(task: str, abductive: bool, answer_format: str = "compact") -> dict:
+    """The JSON schema of a well-formed answer (a fresh dict; safe to modify).
+
+    Arrays of strings have ``minItems`` 0; objects list every key as required, in writing
+    order, with ``additionalProperties`` false; the study's abductive list has ``minItems`` 1.
+    """
+    shape = answer_shape(task, abductive, answer_format)
+    if shape.container == "array":
+        return {"type": "array", "items": {"type": "string"}, "minItems": 0}
+    if shape.container == "object":
+        return _object_schema(shape.keys)
+    return {"type": "array", "items": _object_schema(shape.keys), "minItems": 1}
+
+
+def schema_text(schema: dict) -> str:
+    """Canonical compact JSON of a schema for ``ChatRequest.response_schema``.
+
+    Keys are sorted everywhere except inside ``properties``, which keep their declared
+    order: constrained decoders (llama.cpp's json-schema-to-grammar, llguidance, OpenAI
+    structured outputs) make the model write properties in the order the schema lists them,
+    and the reasoning must come before the spans it selects. The text is still a pure
+    function of the schema dict built here, so equal requests give equal cache keys.
+    """
+    return json.dumps(_canonical(schema), separators=(",", ":"), ensure_ascii=False)
+
+
+def _canonical(value: Any, in_properties: bool = False) -> Any:
+    if isinstance(value, dict):
+        items = value.items() if in_properties else sorted(value.items())
+        return {key: _canonical(inner, key == "properties" and not in_properties) for key, inner in items}
+    if isinstance(value, list):
+        return [_canonical(item) for item in value]
+    return value
+
+
+def _is_abductive(strategy: Any) -> bool:
+    if isinstance(strategy, str):
+        return strategy_parts(strategy)["abductive"]
+    return bool(strategy.abductive)
+
+
+def request_schema(
+    task: str,
+    strategy: Any,
+    answer_format: str = "compact",
+    constrained: bool = False,
+    prompt_form: str = "chat",
+) -> str | None:
+    """The ``response_schema`` text a request carries, or None.
+
+    Policy:
+        - ``constrained=False``: never a schema (free decoding; the parser copes).
+        - ``study`` format: the schema for non-abductive strategies only, never for abductive
+          ones (the study constrained the plain answers and let the reasoning run free).
+        - ``compact`` format: the schema for every strategy.
+        - ``completion`` prompt form: no schema for a non-abductive ``comp`` answer, which is
+          two labelled lines (``Time expressions: [...]`` / ``Events: [...]``), not one JSON
+          value; every other completion answer is one JSON value and follows the rule above.
+
+    Args:
+        task: timex, eventx or comp.
+        strategy: a :class:`~src.prompts.strategies.Strategy` or a strategy name.
+        answer_format: ``compact`` or ``study``.
+        constrained: whether the run constrains decoding at all.
+        prompt_form: ``chat`` or ``completion``.
+    """
+    _check_task(task)
+    check_format(answer_format)
+    check_prompt_form(prompt_form)
+    abductive = _is_abductive(strategy)
+    if not constrained:
+        return None
+    if answer_format == "study" and abductive:
+        return None
+    if prompt_form == "completion" and not abductive and len(TASK_LABELS[task]) > 1:
+        return None
+    return schema_text(answer_schema(task, abductive, answer_format))
