@@ -2,14 +2,16 @@
 
 Synthetic study of the paper's size: 42 configurations (6 models x 7 strategies, three
 families with a dense and a MoE model each) x 13 task-dataset pairs x 400 instances,
-10,000 bootstrap resamples. ``src.analyze.run_analysis`` draws one resample matrix per
-dataset, gets every configuration's F1 for every resample from one matrix product, tests
+10,000 bootstrap resamples. ``src.report.analysis.run_analysis`` draws one resample matrix
+per dataset and instance set (here every configuration shares all instances: one per
+dataset), gets every configuration's F1 for every resample from one matrix product, tests
 all 11,193 pairs at once, applies the correction and answers RQ1-RQ3. The reference runs
 ``src.scoring.stats.paired_bootstrap`` (its own resamples) for a sample of pairs and extrapolates
 to all of them. Target: the whole analysis in at most 10 s on 2 cores. Loading runs from
 MLflow and drawing figures are not part of this number.
 
-Run: ``python benchmarks/bench_analysis.py`` (writes ``benchmarks/results/analysis.json``).
+Run: ``python benchmarks/bench_analysis.py`` (writes ``benchmarks/results/analysis.json``);
+``--quick`` runs a small shape in seconds and prints without recording.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from src.analyze import run_analysis  # noqa: E402
+from src.report.analysis import run_analysis  # noqa: E402
 from src.report.loading import build_study  # noqa: E402
 from src.report.rq import dataset_seed  # noqa: E402
 from src.scoring.stats import paired_bootstrap, resample_counts  # noqa: E402
@@ -86,7 +88,11 @@ def main() -> None:
     parser.add_argument("--resamples", type=int, default=10_000)
     parser.add_argument("--sample-pairs", type=int, default=20)
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--quick", action="store_true",
+                        help="a small shape (50 instances, 200 resamples, 3 sampled pairs); prints, records nothing")
     args = parser.parse_args()
+    if args.quick:
+        args.instances, args.resamples, args.sample_pairs = 50, 200, 3
     load_before = os.getloadavg()[0]
     study = synthetic_study(args.seed, args.instances)
     runs = [timed(lambda: run_analysis(study, args.resamples, args.seed)) for _ in range(2)]
@@ -95,20 +101,22 @@ def main() -> None:
 
     pair_rng = random.Random(args.seed)
     keys = list(analysis.tests)
+    ids = sorted(study.datasets[keys[0]].ids[study.runs.index[0]])  # every configuration has every instance
+    stacked = {key: study.datasets[key].stacked(list(study.runs.index), ids) for key in keys}
     sample = [(pair_rng.choice(keys), *pair_rng.sample(range(len(study.runs)), 2)) for _ in range(args.sample_pairs)]
     start = time.perf_counter()
     for key, i, j in sample:
-        stats = study.datasets[key].stats
+        stats = stacked[key]
         paired_bootstrap(stats[i], stats[j], resamples=args.resamples, seed=args.seed)
     per_pair = (time.perf_counter() - start) / len(sample)
     # Same resamples, same answer: the shared matrix is only a faster way to the same tests.
     max_difference = 0.0
     for key, i, j in sample[:5]:
-        stats = study.datasets[key].stats
-        counts = resample_counts(stats.shape[1], args.resamples, dataset_seed(args.seed, key))
+        stats = stacked[key]
+        counts = resample_counts(stats.shape[1], args.resamples, dataset_seed(args.seed, key, ids))
         single = paired_bootstrap(stats[i], stats[j], counts=counts)
         max_difference = max(max_difference, abs(single.p_value - analysis.tests[key].p_value[i, j]))
-    pairs = sum(len(t.configs) * (len(t.configs) - 1) // 2 for t in analysis.tests.values())
+    pairs = sum(t.pairs for t in analysis.tests.values())
     result = {
         "machine": {"python": platform.python_version(), "numpy": np.__version__, "cpus": os.cpu_count(),
                     "load_average_1min_before_after": [load_before, os.getloadavg()[0]]},
@@ -123,8 +131,9 @@ def main() -> None:
         "target_s": 10.0, "meets_target": wall <= 10.0,
         "max_p_value_difference_same_resamples": max_difference,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    if not args.quick:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     print(json.dumps(result, indent=2))
 
 

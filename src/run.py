@@ -1,71 +1,135 @@
 """Run one configuration (model x reasoning strategy) over its tasks and datasets.
 
-``python -m src.run model=qwen3_moe strategy=I`` composes ``conf/`` with Hydra, generates
-(through the response cache), parses, scores, bootstraps, and logs one MLflow run named
-``{model}-{strategy}``. Requests that still fail after their retries are listed at the
-end and the process exits non-zero; everything else is kept, and a re-run completes the
-missing ones from the cache.
+``python -m src.run model=qwen3_moe strategy=I`` composes ``conf/`` with Hydra, checks
+every override before anything starts, generates through the response cache, parses and
+hands the outputs to the one evaluation runner (:mod:`src.scoring.runner`), which logs
+the MLflow run ``{model}-{strategy}``. Requests that still fail after their retries are
+listed with their real causes and the process exits 1; a re-run sends only what is
+missing. A bad override is one line on stderr and exit code 2.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from src import study
 from src.cli import optional_int
 from src.data.schema import Record, read_records
 from src.data.splits import subset_by_id
-from src.scoring.evaluate import DatasetEvaluation, InstanceOutput, evaluate_dataset, log_evaluation
 from src.params import register_resolver
-from src.prompts import Strategy, build_messages, select_exemplars, strategy_from_config
-from src.tracking import data_version, environment_secrets, git_commit, log_json_artifact, redact, start_experiment
+from src.prompts.answer_schema import ANSWER_FORMATS, PROMPT_FORMS
+from src.prompts import Strategy, build_request_parts, select_exemplars, strategy_from_config
+from src.scoring.evaluate import InstanceOutput
+from src.scoring.runner import (
+    DatasetPlan,
+    RunRecord,
+    ScoringOptions,
+    SystemOutput,
+    evaluate_configuration,
+    report_failures,
+    write_summary,
+)
+from src.tracking import config_secrets, data_version, git_commit, log_json_artifact, redact
 
 log = logging.getLogger("src.run")
 register_resolver()
 
 TRAIN_SPLIT = "train"
-DOCUMENT_DATASETS = frozenset({"len"})  # whole documents: larger generation budget
 
 
-@dataclass
-class DatasetOutcome:
-    """What happened on one (task, dataset): its evaluation, or the ids whose requests failed."""
+class ConfigError(ValueError):
+    """An override or config value that cannot run; reported as one line, exit code 2."""
 
-    task: str
-    dataset: str
-    evaluation: DatasetEvaluation | None
-    failed_ids: list[str] = field(default_factory=list)
-    usage: dict[str, float] = field(default_factory=dict)
+
+@dataclass(frozen=True)
+class PromptOptions:
+    """How prompts are rendered and answers constrained (all part of the cache key)."""
+
+    answer_format: str = "compact"
+    form: str = "chat"
+    constrained: bool = False
+
+
+def dataset_file(cfg: DictConfig, task: str, dataset: str) -> Path:
+    """Prepared sets under ``paths.prepared``, derived ones (adv, adv_p, voc) under ``paths.derived``."""
+    return Path(study.dataset_path(str(cfg.paths.prepared), str(cfg.paths.derived), task, dataset))
+
+
+def checked_limit(cfg: DictConfig) -> int | None:
+    try:
+        return optional_int(cfg.limit)
+    except ValueError as error:
+        raise ConfigError(f"limit: {error}") from None
 
 
 def planned_datasets(cfg: DictConfig) -> list[tuple[str, str, Path]]:
     """(task, dataset, file) for every task of ``cfg.tasks`` and dataset of the dimension."""
-    prepared = Path(cfg.paths.prepared)
-    wanted = None if cfg.datasets is None else set(cfg.datasets)
+    wanted = None if cfg.datasets is None else [str(d) for d in cfg.datasets]
+    if wanted is not None:
+        unknown = [d for d in wanted if d not in study.DATASETS]
+        if unknown:
+            raise ConfigError(f"datasets: unknown {unknown}; the study's datasets are {list(study.DATASET_ORDER)}")
     plan = []
     for task in cfg.tasks:
-        if task not in cfg.dimension.datasets:
-            raise ValueError(f"unknown task {task!r}; the dimension defines {list(cfg.dimension.datasets)}")
+        if task not in study.TASKS or task not in cfg.dimension.datasets:
+            raise ConfigError(f"tasks: unknown task {task!r}; the study's tasks are {list(study.TASK_ORDER)}")
         for dataset in cfg.dimension.datasets[task]:
             if wanted is None or dataset in wanted:
-                plan.append((task, dataset, prepared / task / f"{dataset}.jsonl"))
+                plan.append((str(task), str(dataset), dataset_file(cfg, task, dataset)))
+    if not plan:
+        raise ConfigError("nothing to run: the tasks and datasets overrides select no dataset")
     missing = [str(path) for _, _, path in plan if not path.exists()]
     if missing:
-        raise FileNotFoundError(
+        raise ConfigError(
             "dataset file(s) not found: " + ", ".join(missing) + " (run `dvc pull` / `dvc repro` first, "
             "or restrict the run with tasks=[...] datasets=[...])"
         )
-    if not plan:
-        raise ValueError("nothing to run: the tasks and datasets overrides select no dataset")
     return plan
+
+
+def prompt_options(cfg: DictConfig) -> PromptOptions:
+    prompt = cfg.get("prompt") or {}
+    options = PromptOptions(
+        answer_format=str(prompt.get("answer_format", "compact")),
+        form=str(prompt.get("form", "chat")),
+        constrained=bool(cfg.generation.get("constrained", False)),
+    )
+    if options.answer_format not in ANSWER_FORMATS:
+        raise ConfigError(f"prompt.answer_format: {options.answer_format!r} is not one of {ANSWER_FORMATS}")
+    if options.form not in PROMPT_FORMS:
+        raise ConfigError(f"prompt.form: {options.form!r} is not one of {PROMPT_FORMS}")
+    return options
+
+
+def check_config(cfg: DictConfig) -> tuple[Strategy, PromptOptions, list[tuple[str, str, Path]]]:
+    """Every override that could fail later, checked before a backend or a run is opened."""
+    checked_limit(cfg)
+    try:
+        strategy = strategy_from_config(cfg.strategy)
+        optional_int(cfg.generation.max_tokens)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+    temperature = cfg.generation.temperature
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or temperature < 0:
+        raise ConfigError(f"generation.temperature: expected a number >= 0, got {temperature!r}")
+    resamples = cfg.scoring.bootstrap_resamples
+    if isinstance(resamples, bool) or not isinstance(resamples, int) or not 1 <= resamples <= 1_000_000:
+        raise ConfigError(f"scoring.bootstrap_resamples: expected an integer in [1, 1000000], got {resamples!r}")
+    variants = list(cfg.scoring.get("variants") or [])
+    if variants:
+        from src.scoring.variants import VARIANTS
+
+        unknown = [v for v in variants if v not in VARIANTS]
+        if unknown:
+            raise ConfigError(f"scoring.variants: unknown {unknown}; choose from {list(VARIANTS)}")
+    return strategy, prompt_options(cfg), planned_datasets(cfg)
 
 
 def build_backend(cfg: DictConfig):
@@ -91,145 +155,146 @@ def generation_budget(cfg: DictConfig, strategy: Strategy, dataset: str) -> int:
     override = optional_int(cfg.generation.max_tokens)
     if override is not None:
         return override
-    return strategy.max_tokens_document if dataset in DOCUMENT_DATASETS else strategy.max_tokens
+    return strategy.max_tokens_document if dataset in study.DOCUMENT_DATASETS else strategy.max_tokens
 
 
-def run_dataset(
-    cfg: DictConfig, backend, strategy: Strategy, task: str, dataset: str, path: Path, exemplars: list[Record]
-) -> DatasetOutcome:
-    """Generate, parse and score one dataset."""
-    from src.backends.base import ChatRequest
-    from src.prompts.parsing import parse_answer
+class PromptedSystem:
+    """A model under a strategy: prompts each record, generates (cached), parses the answers."""
 
-    records = subset_by_id(read_records(path), optional_int(cfg.limit), int(cfg.seed))
-    max_tokens = generation_budget(cfg, strategy, dataset)
-    requests = [
-        ChatRequest(
-            messages=build_messages(strategy, task, record.text, exemplars),
-            max_tokens=int(max_tokens),
-            temperature=float(cfg.generation.temperature),
-            seed=int(cfg.generation.seed),
-            request_id=record.id,
-        )
-        for record in records
-    ]
-    results = backend.generate(requests, progress=f"{task}/{dataset}")
-    usage = {
-        "requests": float(len(results)),
-        "cached": float(sum(r.cached for r in results)),
-        "prompt_tokens": float(sum(r.usage.get("prompt_tokens") or 0 for r in results)),
-        "completion_tokens": float(sum(r.usage.get("completion_tokens") or 0 for r in results)),
-        "cost": float(sum(r.usage.get("cost") or 0 for r in results)),
-        "latency_s": float(sum(r.latency_s for r in results)),
-    }
-    failed = [r.request.request_id for r in results if r.text is None]
-    if failed:
-        return DatasetOutcome(task, dataset, None, failed, usage)
-    outputs = []
-    for result in results:
-        parsed = parse_answer(result.text, task, strategy.abductive)
-        outputs.append(
-            InstanceOutput(parsed.predictions, result.text, parsed.ok, parsed.error, parsed.reasoning_steps)
-        )
-    evaluation = evaluate_dataset(
-        task, dataset, records, outputs, int(cfg.scoring.bootstrap_resamples), int(cfg.scoring.bootstrap_seed),
-        bool(cfg.scoring.lowercase),
-    )
-    return DatasetOutcome(task, dataset, evaluation, [], usage)
+    def __init__(self, cfg: DictConfig, backend, strategy: Strategy, options: PromptOptions) -> None:
+        self.cfg = cfg
+        self.backend = backend
+        self.strategy = strategy
+        self.options = options
+        self._exemplars: dict[str, list[Record]] = {}
+
+    def exemplars(self, task: str) -> list[Record]:
+        if task not in self._exemplars:
+            self._exemplars[task] = select_exemplars_for(self.cfg, self.strategy, task)
+        return self._exemplars[task]
+
+    def requests(self, plan: DatasetPlan):
+        from src.backends.base import ChatRequest
+
+        max_tokens = generation_budget(self.cfg, self.strategy, plan.dataset)
+        requests = []
+        for record in plan.records:
+            parts = build_request_parts(
+                self.strategy, plan.task, record.text, self.exemplars(plan.task),
+                answer_format=self.options.answer_format, prompt_form=self.options.form,
+                constrained=self.options.constrained,
+            )
+            requests.append(
+                ChatRequest(
+                    messages=parts.messages,
+                    max_tokens=int(max_tokens),
+                    temperature=float(self.cfg.generation.temperature),
+                    seed=int(self.cfg.generation.seed),
+                    request_id=record.id,
+                    response_schema=parts.response_schema,
+                    completion=parts.completion,
+                )
+            )
+        return requests
+
+    def produce(self, plan: DatasetPlan) -> SystemOutput:
+        from src.prompts.parsing import parse_answer
+
+        results = self.backend.generate(self.requests(plan), progress=f"{plan.task}/{plan.dataset}")
+        usage = {
+            "requests": float(len(results)),
+            "cached": float(sum(r.cached for r in results)),
+            "prompt_tokens": float(sum(r.usage.get("prompt_tokens") or 0 for r in results)),
+            "completion_tokens": float(sum(r.usage.get("completion_tokens") or 0 for r in results)),
+            "cost": float(sum(r.usage.get("cost") or 0 for r in results)),
+            "latency_s": float(sum(r.latency_s for r in results)),
+        }
+        failures = {r.request.request_id: (r.error or "no answer") for r in results if r.text is None}
+        if failures:
+            return SystemOutput(None, failures, usage)
+        outputs = []
+        for result in results:
+            parsed = parse_answer(
+                result.text, plan.task, self.strategy.abductive, answer_format=self.options.answer_format,
+                prompt_form=self.options.form,
+            )
+            outputs.append(
+                InstanceOutput(
+                    parsed.predictions, result.text, parsed.ok, parsed.error, parsed.reasoning_steps,
+                    truncated=result.finish_reason == "length", well_formed=parsed.well_formed,
+                )
+            )
+        return SystemOutput(outputs, {}, usage)
 
 
-def run_params(cfg: DictConfig, strategy: Strategy, files: list[Path]) -> dict[str, Any]:
-    """The MLflow params that make a run traceable to its configuration and data."""
+def run_record(cfg: DictConfig, strategy: Strategy, options: PromptOptions, files: list[Path]) -> RunRecord:
+    """The MLflow identity of a prompted configuration: traceable to its config and data."""
     model = cfg.model
-    return {
-        "model": model.name,
+    params: dict[str, Any] = {
         "model_id": model.model_id,
         "backend": model.backend,
         "family": model.family,
         "architecture": model.architecture,
         "params_total_b": model.params_total_b,
         "params_active_b": model.params_active_b,
-        "strategy": strategy.name,
         "k": strategy.k if strategy.inductive else 0,
         "inductive_plus": strategy.inductive_plus,
         "size_series": model.get("size_series"),
         "dimension": cfg.dimension.name,
-        "limit": optional_int(cfg.limit),
+        "limit": checked_limit(cfg),
         "seed": cfg.seed,
+        "temperature": float(cfg.generation.temperature),
+        "answer_format": options.answer_format,
+        "prompt_form": options.form,
+        "constrained": options.constrained,
+        "scoring_variants": ",".join(cfg.scoring.get("variants") or []) or "paper",
         "git_commit": git_commit(),
         "data_version": data_version(files),
     }
-
-
-def write_summary(path: Path, run_id: str, cfg: DictConfig, outcomes: list[DatasetOutcome]) -> None:
-    """The small metrics file DVC tracks for this configuration (MLflow holds the full record)."""
-    metrics = {}
-    for outcome in outcomes:
-        if outcome.evaluation is not None:
-            metrics.update({k: round(v, 6) for k, v in outcome.evaluation.metrics().items()})
-    summary = {
-        "run_id": run_id,
-        "model": cfg.model.name,
-        "strategy": cfg.strategy.name,
-        "complete": all(o.evaluation is not None for o in outcomes),
-        "metrics": dict(sorted(metrics.items())),
-    }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    return RunRecord(str(cfg.mlflow.run_name), "prompted", str(model.name), strategy.name, params)
 
 
 def run(cfg: DictConfig) -> int:
     """Run the configuration; returns the process exit code (1 when requests failed)."""
-    import mlflow
+    strategy, options, files = check_config(cfg)
+    secrets = config_secrets(OmegaConf.to_container(cfg, resolve=True))
+    try:  # fails here, before any run is opened, e.g. on a missing API key or llama.cpp build
+        backend = build_backend(cfg)
+    except (ValueError, ImportError, RuntimeError, FileNotFoundError) as error:
+        raise ConfigError(f"model {cfg.model.name}: {error}") from None
+    limit = checked_limit(cfg)
+    plans = [
+        DatasetPlan(task, dataset, path, subset_by_id(read_records(path), limit, int(cfg.seed)))
+        for task, dataset, path in files
+    ]
+    record = run_record(cfg, strategy, options, [path for _, _, path in files])
+    system = PromptedSystem(cfg, backend, strategy, options)
 
-    plan = planned_datasets(cfg)
-    strategy = strategy_from_config(cfg.strategy)
-    secrets = environment_secrets()
-    backend = build_backend(cfg)  # fails here, before any run is opened, e.g. on a missing API key
-    start_experiment(cfg.mlflow.experiment, cfg.mlflow.tracking_uri)
-    outcomes: list[DatasetOutcome] = []
-    started = time.perf_counter()
-    with mlflow.start_run(run_name=cfg.mlflow.run_name) as active:
-        status = "FAILED"
-        try:
-            mlflow.set_tags({"model": cfg.model.name, "strategy": cfg.strategy.name, "kind": "prompted"})
-            mlflow.log_params(run_params(cfg, strategy, [path for _, _, path in plan]))
-            resolved = redact(OmegaConf.to_container(cfg, resolve=True), secrets)
-            log_json_artifact(resolved, "config/resolved.json", secrets)
-            exemplar_cache: dict[str, list[Record]] = {}
-            for task, dataset, path in plan:
-                if task not in exemplar_cache:
-                    exemplar_cache[task] = select_exemplars_for(cfg, strategy, task)
-                outcome = run_dataset(cfg, backend, strategy, task, dataset, path, exemplar_cache[task])
-                outcomes.append(outcome)
-                prefix = f"{task}.{dataset}.usage"
-                mlflow.log_metrics({f"{prefix}.{k}": v for k, v in outcome.usage.items()})
-                if outcome.evaluation is not None:
-                    log_evaluation(outcome.evaluation, secrets)
-                    log.info("%s/%s: F1 %.3f", task, dataset, outcome.evaluation.metrics()[f"{task}.{dataset}.f1"])
-                else:
-                    mlflow.log_metric(f"{task}.{dataset}.failed_requests", len(outcome.failed_ids))
-            usage = {f"{o.task}/{o.dataset}": o.usage for o in outcomes}
-            log_json_artifact(usage, "usage.json", secrets)
-            mlflow.log_metric("wall_time_s", time.perf_counter() - started)
-            failed = [o for o in outcomes if o.failed_ids]
-            status = "FAILED" if failed else "FINISHED"
-        finally:
-            mlflow.end_run(status=status)
+    def log_config() -> None:
+        resolved = redact(OmegaConf.to_container(cfg, resolve=True), secrets)
+        log_json_artifact(resolved, "config/resolved.json", secrets)
+
+    scoring = ScoringOptions(
+        int(cfg.scoring.bootstrap_resamples), int(cfg.scoring.bootstrap_seed), bool(cfg.scoring.lowercase),
+        tuple(cfg.scoring.get("variants") or ()),
+    )
+    outcome = evaluate_configuration(
+        record, plans, system, scoring, str(cfg.mlflow.experiment), cfg.mlflow.tracking_uri, secrets, log_config
+    )
     if cfg.get("summary"):
-        write_summary(Path(cfg.summary), active.info.run_id, cfg, outcomes)
-    for outcome in outcomes:
-        if outcome.failed_ids:
-            log.error(
-                "%s/%s: %d request(s) failed after retries (not scored; re-run to complete from the cache): %s",
-                outcome.task, outcome.dataset, len(outcome.failed_ids), ", ".join(outcome.failed_ids),
-            )
-    return 1 if any(o.failed_ids for o in outcomes) else 0
+        write_summary(Path(cfg.summary), record, outcome)
+    for line in report_failures(outcome):
+        log.error("%s (re-run the same command to complete them from the cache)", line)
+    return 0 if outcome.complete else 1
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> None:
-    code = run(cfg)
+    try:
+        code = run(cfg)
+    except ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(2)
     if code:
         sys.exit(code)
 

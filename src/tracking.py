@@ -3,17 +3,35 @@
 One run per configuration, metrics named ``{task}.{dataset}.{metric}``, artifacts under
 ``predictions/`` and ``bootstrap/``; the tracking store is ``$MLFLOW_TRACKING_URI`` when
 set, else a SQLite store inside the project's ``mlruns/`` folder.
+
+Several processes may start on a fresh store at once (a Hydra multirun, parallel DVC stages):
+MLflow creates and migrates a SQLite schema on first use without any locking, so that first
+use and the experiment's get-or-create run under an inter-process file lock. Runs carry their
+owner's pid and host (:func:`run_owner_tags`) so that :func:`close_stale_runs` can tell a run
+left RUNNING by a killed process from one still going. :class:`RedactHydraOutputs` keeps
+secrets out of Hydra's own ``.hydra/`` copies of the config, which MLflow redaction never sees.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
+import socket
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any, Mapping
+
+import yaml
+from filelock import FileLock
+from hydra.experimental.callback import Callback
+from hydra.types import RunMode
+from omegaconf import DictConfig, OmegaConf
+
+logger = logging.getLogger(__name__)
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 LOCAL_STORE = PROJECT_ROOT / "mlruns"
@@ -21,6 +39,11 @@ SECRET_KEY_PATTERN = re.compile(
     r"^(.*[_-])?(api[_-]?key|token|access[_-]token|secret|password|authorization)$", re.IGNORECASE
 )
 REDACTED = "***REDACTED***"
+API_KEY_VARIABLES = ("OPENROUTER_API_KEY", "OPENAI_API_KEY")
+PID_TAG = "tempgen.pid"
+HOST_TAG = "tempgen.host"
+STORE_LOCK_TIMEOUT_S = 600.0
+MIN_SECRET_LENGTH = 4  # shorter "secrets" would redact ordinary words
 
 
 def tracking_uri(explicit: str | None = None) -> str:
@@ -33,22 +56,100 @@ def tracking_uri(explicit: str | None = None) -> str:
     return f"sqlite:///{LOCAL_STORE / 'mlflow.db'}"
 
 
+def store_lock_path(uri: str) -> Path:
+    """The lock guarding first use of the store: beside a SQLite file, else in the temp dir."""
+    if uri.startswith("sqlite:///"):
+        database = Path(uri[len("sqlite:///"):].split("?", 1)[0])
+        database.parent.mkdir(parents=True, exist_ok=True)
+        return database.with_name(database.name + ".lock")
+    digest = hashlib.sha256(uri.encode("utf-8")).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / f"tempgen-mlflow-{digest}.lock"
+
+
 def start_experiment(name: str, uri: str | None = None) -> str:
-    """Point MLflow at the store and the experiment (artifacts beside a local store); returns its id."""
+    """Point MLflow at the store and the experiment (artifacts beside a local store); returns its id.
+
+    Safe when several processes do it at once on a fresh store (see the module docstring).
+    """
     import mlflow
+    from mlflow.tracking import MlflowClient
 
     resolved = tracking_uri(uri)
     mlflow.set_tracking_uri(resolved)
-    experiment = mlflow.get_experiment_by_name(name)
-    if experiment is not None:
-        mlflow.set_experiment(name)
-        return experiment.experiment_id
     location = None
     if resolved.startswith("sqlite:///") and Path(resolved[len("sqlite:///"):]).parent == LOCAL_STORE:
         location = (LOCAL_STORE / "artifacts").as_uri()
-    experiment_id = mlflow.create_experiment(name, artifact_location=location)
-    mlflow.set_experiment(name)
+    with FileLock(str(store_lock_path(resolved)), timeout=STORE_LOCK_TIMEOUT_S):
+        # The first client call creates and migrates the schema: only one process at a time.
+        experiment_id = _get_or_create_experiment(MlflowClient(resolved), name, location)
+    mlflow.set_experiment(experiment_id=experiment_id)
     return experiment_id
+
+
+def _get_or_create_experiment(client: Any, name: str, location: str | None) -> str:
+    """The experiment's id, tolerating a creation by another process (or host) in between."""
+    from mlflow.exceptions import MlflowException
+
+    experiment = client.get_experiment_by_name(name)
+    if experiment is not None:
+        return experiment.experiment_id
+    try:
+        return client.create_experiment(name, artifact_location=location)
+    except MlflowException as exc:
+        if exc.error_code != "RESOURCE_ALREADY_EXISTS":
+            raise
+        experiment = client.get_experiment_by_name(name)
+        if experiment is None:
+            raise
+        return experiment.experiment_id
+
+
+def run_owner_tags() -> dict[str, str]:
+    """Tags naming the process that owns a run, for :func:`close_stale_runs`."""
+    return {PID_TAG: str(os.getpid()), HOST_TAG: socket.gethostname()}
+
+
+def close_stale_runs(experiment_id: str, run_name: str, client: Any) -> list[str]:
+    """Mark RUNNING runs named ``run_name`` whose process is gone as FAILED; returns their ids.
+
+    A run is stale when it has no owner pid tag (written before owners were recorded, or by
+    a crash before tagging), or when its owner is on this host and that pid no longer exists.
+    Runs owned by another host are left alone: their process cannot be checked from here.
+    """
+    running = client.search_runs([experiment_id], filter_string="attributes.status = 'RUNNING'")
+    closed = []
+    for run in running:
+        if run.info.run_name == run_name and _owner_is_gone(run.data.tags):
+            client.set_tag(run.info.run_id, "tempgen.closed_as_stale", "true")
+            client.set_terminated(run.info.run_id, status="FAILED")
+            closed.append(run.info.run_id)
+    if closed:
+        logger.warning("marked %d stale RUNNING run(s) named %r as FAILED: %s", len(closed), run_name, closed)
+    return closed
+
+
+def _owner_is_gone(tags: Mapping[str, str]) -> bool:
+    pid = tags.get(PID_TAG)
+    if not pid:
+        return True
+    if tags.get(HOST_TAG) != socket.gethostname():
+        return False
+    try:
+        return not _process_exists(int(pid))
+    except ValueError:
+        return True  # an unreadable owner cannot be running
+
+
+def _process_exists(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # exists, owned by someone else
+    return True
 
 
 def redact(value: Any, secrets: tuple[str, ...] = ()) -> Any:
@@ -71,7 +172,7 @@ def redact(value: Any, secrets: tuple[str, ...] = ()) -> Any:
     return value
 
 
-def environment_secrets(names: tuple[str, ...] = ("OPENROUTER_API_KEY", "OPENAI_API_KEY")) -> tuple[str, ...]:
+def environment_secrets(names: tuple[str, ...] = API_KEY_VARIABLES) -> tuple[str, ...]:
     """Values of the API-key variables in the environment, to scrub from anything written."""
     return tuple(os.environ[name] for name in names if os.environ.get(name))
 
@@ -122,3 +223,76 @@ def log_jsonl_artifact(rows: list[dict[str, Any]], artifact_path: str, secrets: 
 
     text = "".join(json.dumps(redact(row, secrets), ensure_ascii=False) + "\n" for row in rows)
     mlflow.log_text(text, artifact_path)
+
+
+def config_secrets(config: Any) -> tuple[str, ...]:
+    """Every value a config dump must not show: ``extra_headers`` values, values of
+    secret-looking keys, and the API keys in the environment (the configured variable too)."""
+    found: list[str] = []
+
+    def walk(node: Any, headers: bool) -> None:
+        if isinstance(node, Mapping):
+            for key, item in node.items():
+                if (headers or SECRET_KEY_PATTERN.match(str(key))) and isinstance(item, (str, int, float)):
+                    found.append(str(item))
+                walk(item, headers or str(key) == "extra_headers")
+        elif isinstance(node, (list, tuple)):
+            for item in node:
+                walk(item, headers)
+
+    walk(config, False)
+    variables = set(API_KEY_VARIABLES) | _named_key_variables(config)
+    found += environment_secrets(tuple(sorted(variables)))
+    return tuple(sorted({value for value in found if len(value) >= MIN_SECRET_LENGTH}, key=len, reverse=True))
+
+
+def _named_key_variables(node: Any) -> set[str]:
+    """The values of every ``api_key_env`` in the config: variables whose content is a key."""
+    if isinstance(node, Mapping):
+        names = {str(node["api_key_env"])} if isinstance(node.get("api_key_env"), str) else set()
+        for item in node.values():
+            names |= _named_key_variables(item)
+        return names
+    if isinstance(node, (list, tuple)):
+        return set().union(*(_named_key_variables(item) for item in node)) if node else set()
+    return set()
+
+
+def redact_yaml_file(path: Path, secrets: tuple[str, ...]) -> bool:
+    """Rewrite a YAML file with ``secrets`` and secret-looking keys redacted; True if it changed."""
+    text = path.read_text(encoding="utf-8")
+    tree = yaml.safe_load(text)
+    cleaned = redact(tree, secrets)
+    if cleaned == tree:
+        return False
+    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temp.write_text(OmegaConf.to_yaml(OmegaConf.create(cleaned)), encoding="utf-8")
+    os.replace(temp, path)  # atomic: concurrent multirun jobs may rewrite multirun.yaml too
+    return True
+
+
+class RedactHydraOutputs(Callback):
+    """Hydra callback: strip secrets from the config copies Hydra writes before the job runs.
+
+    Hydra saves ``config.yaml``, ``hydra.yaml`` and ``overrides.yaml`` under
+    ``<output_dir>/.hydra/`` (and ``multirun.yaml`` in a sweep's folder) verbatim, so a header
+    passed as ``+model.options.extra_headers.X-Secret=...`` would sit there in plain text.
+    Registered in ``conf/config.yaml`` under ``hydra.callbacks``.
+    """
+
+    def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
+        secrets = config_secrets(OmegaConf.to_container(config, resolve=False))
+        for path in hydra_output_files(config):
+            if redact_yaml_file(path, secrets):
+                logger.debug("redacted secrets in %s", path)
+
+
+def hydra_output_files(config: DictConfig) -> list[Path]:
+    """The YAML files Hydra wrote for this job (and its sweep) that exist."""
+    hydra_cfg = config.hydra
+    files: list[Path] = []
+    if hydra_cfg.output_subdir is not None:
+        files += sorted((Path(hydra_cfg.runtime.output_dir) / str(hydra_cfg.output_subdir)).glob("*.yaml"))
+    if hydra_cfg.mode == RunMode.MULTIRUN:
+        files.append(Path(str(hydra_cfg.sweep.dir)) / "multirun.yaml")
+    return [path for path in files if path.is_file()]

@@ -17,9 +17,13 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
+from src.data.schema import read_records
+from src.data.splits import subset_by_id
 from src.params import register_resolver
 from src.prompts import K_CHOICES, select_k, strategy_from_config
-from src.run import build_backend, run_dataset, select_exemplars_for
+from src.run import PromptedSystem, build_backend, checked_limit, prompt_options
+from src.scoring.evaluate import evaluate_dataset
+from src.scoring.runner import DatasetPlan
 
 log = logging.getLogger("src.tune_k")
 register_resolver()
@@ -33,17 +37,21 @@ def tune(cfg: DictConfig) -> dict:
     if not strategy.inductive:
         raise SystemExit(f"strategy {strategy.name} uses no exemplars: choose an inductive one (I, D+I, A+I, A+D+I)")
     backend = build_backend(cfg)
+    options = prompt_options(cfg)
     result: dict = {"model": cfg.model.name, "strategy": strategy.name, "limit": cfg.limit, "seed": cfg.seed, "tasks": {}}
     for task in cfg.tasks:
         path = Path(cfg.paths.prepared) / task / f"{VALIDATION_SPLIT}.jsonl"
 
-        def evaluate(k: int, task: str = task, path: Path = path) -> float:
-            with_k = dataclasses.replace(strategy, k=k)
-            exemplars = select_exemplars_for(cfg, with_k, task)
-            outcome = run_dataset(cfg, backend, with_k, task, VALIDATION_SPLIT, path, exemplars)
-            if outcome.evaluation is None:
-                raise SystemExit(f"{task}: {len(outcome.failed_ids)} request(s) failed; re-run to complete them")
-            return outcome.evaluation.metrics()[f"{task}.{VALIDATION_SPLIT}.f1"]
+        records = subset_by_id(read_records(path), checked_limit(cfg), int(cfg.seed))
+        plan = DatasetPlan(task, VALIDATION_SPLIT, path, records)
+
+        def evaluate(k: int, task: str = task, plan: DatasetPlan = plan) -> float:
+            system = PromptedSystem(cfg, backend, dataclasses.replace(strategy, k=k), options)
+            produced = system.produce(plan)
+            if produced.outputs is None:
+                raise SystemExit(f"{task}: {len(produced.failures)} request(s) failed; re-run to complete them")
+            evaluation = evaluate_dataset(task, VALIDATION_SPLIT, plan.records, produced.outputs, 1, int(cfg.seed))
+            return evaluation.metrics()[f"{task}.{VALIDATION_SPLIT}.f1"]
 
         selection = select_k(evaluate, K_CHOICES)
         result["tasks"][task] = {"scores": selection.scores, "best_k": selection.best_k}

@@ -58,32 +58,38 @@ def _dvc(project: Path, *args: str, timeout: int = 3000) -> subprocess.Completed
     )
 
 
+def _mlflow_client(project: Path):
+    import mlflow
+
+    return mlflow.MlflowClient(tracking_uri=f"sqlite:///{project / 'mlruns/mlflow.db'}")
+
+
 def test_smoke_profile_runs_end_to_end_and_twice_is_a_no_op(project: Path):
-    switched = subprocess.run(
-        [sys.executable, "-m", "src.profile", "use", "smoke"], cwd=project, env=_env(), capture_output=True, text=True
-    )
-    assert switched.returncode == 0, switched.stderr
+    shutil.copy(project / "conf/profiles/smoke.yaml", project / "sweep.yaml")  # the DVC-native profile switch
     first = _dvc(project, "repro")
     assert first.returncode == 0, (first.stdout + first.stderr)[-6000:]
 
     for task in ("timex", "eventx"):
-        for name in ("base", "voc", "adv", "adv_p", "t2c", "len"):
+        for name in ("base", "t2c", "len"):
             assert (project / f"data/prepared/{task}/{name}.jsonl").exists(), f"{task}/{name} missing"
+        for name in ("voc", "adv", "adv_p"):
+            assert (project / f"data/derived/{task}/{name}.jsonl").exists(), f"derived {task}/{name} missing"
     report = (project / "reports/report.md").read_text()
     assert (project / "reports/report.html").exists()
     assert list((project / "reports/figures").glob("*.png"))
 
-    import mlflow
-
-    client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{project / 'mlruns/mlflow.db'}")
+    client = _mlflow_client(project)
     experiment = client.get_experiment_by_name("tempgen")
     runs = {r.info.run_name: r for r in client.search_runs([experiment.experiment_id])}
     assert {"smollm2_135m-I", "smollm2_135m-A+D", "minilm-finetuned"} <= set(runs)
     for name in ("smollm2_135m-I", "smollm2_135m-A+D"):
         summary = json.loads((project / f"summaries/runs/{name}.json").read_text())
         assert summary["complete"] and summary["run_id"] == runs[name].info.run_id
-        for key, value in summary["metrics"].items():
-            assert runs[name].data.metrics[key] == pytest.approx(value, abs=1e-6)
+        for task, datasets in summary["metrics"].items():
+            for dataset, values in datasets.items():
+                for metric, value in values.items():
+                    logged = runs[name].data.metrics[f"{task}.{dataset}.{metric}"]
+                    assert logged == pytest.approx(value, abs=1e-6)
         f1 = runs[name].data.metrics["timex.base.f1"]
         assert f"{f1:.3f}" in report, f"{name}: timex/base F1 {f1:.3f} not in the report"
 
@@ -92,3 +98,56 @@ def test_smoke_profile_runs_end_to_end_and_twice_is_a_no_op(project: Path):
     assert "Running stage" not in second.stdout, second.stdout[-3000:]
     status = _dvc(project, "status")
     assert "changed" not in status.stdout, status.stdout
+
+
+def test_a_stray_run_never_changes_the_pipeline_report(project: Path):
+    """Provenance: the analysis reads exactly the runs the summaries name, not the newest ones."""
+    before = (project / "reports/analysis.json").read_bytes()
+    stray = subprocess.run(
+        [sys.executable, "-m", "src.run", "model=smollm2_135m", "strategy=I", "limit=1", "tasks=[timex]",
+         "datasets=[base]", f"hydra.run.dir={project / 'outputs/stray'}"],
+        cwd=project, env=_env(), capture_output=True, text=True, timeout=900,
+    )
+    assert stray.returncode == 0, stray.stderr[-3000:]
+    forced = _dvc(project, "repro", "analyze", "--force")
+    assert forced.returncode == 0, forced.stderr[-3000:]
+    assert (project / "reports/analysis.json").read_bytes() == before
+
+
+def test_one_parameter_as_a_dvc_experiment_and_the_plots(project: Path):
+    subprocess.run(["git", "add", "-A"], cwd=project, check=True, capture_output=True)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "smoke"], cwd=project, check=True)
+    done = _dvc(project, "exp", "run", "-S", "sweep.yaml:sweep.resamples=150", "--name", "fewer-resamples")
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    assert "Running stage 'analyze'" in done.stdout and "Running stage 'run@" not in done.stdout
+    shown = _dvc(project, "exp", "show", "--csv", "--only-changed")
+    assert shown.returncode == 0, shown.stderr
+    assert "fewer-resamples" in shown.stdout and "timex.base.f1" in shown.stdout
+    plots = _dvc(project, "plots", "show", "--json")
+    assert plots.returncode == 0, plots.stderr[-2000:]
+    rendered = json.loads(plots.stdout)
+    for name in ("f1_by_dataset.csv", "rq1_transfer.csv", "error_types.csv"):
+        assert any(key.endswith(name) for key in rendered), sorted(rendered)
+
+
+def test_push_then_a_fresh_clone_pulls_every_stage_output(project: Path, tmp_path: Path):
+    remote = tmp_path / "remote"
+    assert _dvc(project, "remote", "add", "team", str(remote)).returncode == 0
+    pushed = _dvc(project, "push", "-r", "team")
+    assert pushed.returncode == 0, pushed.stderr[-3000:]
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "add", "-A"], cwd=project, check=True, capture_output=True)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "pushed"], cwd=project,
+                   check=True, capture_output=True)
+    subprocess.run(["git", "clone", "-q", str(project), str(clone)], check=True)
+    pulled = subprocess.run(
+        [sys.executable, "-m", "dvc", "pull", "-r", "team"], cwd=clone, env=_env(), capture_output=True, text=True
+    )
+    assert pulled.returncode == 0, pulled.stderr[-3000:]
+    for path in ("data/derived/timex/adv.jsonl", "models/finetuned/minilm-timex", "summaries/runs/smollm2_135m-I.json"):
+        assert (clone / path).exists(), f"{path} not pulled"
+    status = subprocess.run([sys.executable, "-m", "dvc", "status"], cwd=clone, env=_env(), capture_output=True, text=True)
+    assert "changed" not in status.stdout and "modified" not in status.stdout, status.stdout
+    dry = subprocess.run([sys.executable, "-m", "dvc", "repro", "--dry"], cwd=clone, env=_env(), capture_output=True,
+                         text=True)
+    assert "Running stage" not in dry.stdout, dry.stdout[-3000:]

@@ -99,7 +99,8 @@ def test_run_logs_scores_artifacts_and_caches(workspace: Path):
         done = _run(workspace, server)
         assert done.returncode == 0, done.stderr[-3000:]
         assert server.request_count == 4
-        assert all(auth == f"Bearer {SECRET}" for auth in server.authorizations)
+        # a loopback server never gets the OpenRouter key (src.backends.openai_backend: keys go to their own host)
+        assert all(auth == "Bearer EMPTY" for auth in server.authorizations)
 
         client, runs = _mlflow_runs(workspace)
         assert len(runs) == 1
@@ -133,7 +134,8 @@ def test_run_logs_scores_artifacts_and_caches(workspace: Path):
 
         summary = json.loads((workspace / "summary.json").read_text())
         assert summary["complete"] and summary["run_id"] == run.info.run_id
-        assert summary["metrics"]["timex.base.f1"] == pytest.approx(5 / 7, abs=1e-6)
+        assert summary["metrics"]["timex"]["base"]["f1"] == pytest.approx(5 / 7, abs=1e-6)
+        assert summary["run_name"] == "qwen3_moe-D" and summary["kind"] == "prompted"
 
         again = _run(workspace, server)
         assert again.returncode == 0, again.stderr[-3000:]
@@ -149,7 +151,7 @@ def test_failed_requests_are_reported_and_a_rerun_completes_them(workspace: Path
         failed = _run(workspace, server, "tasks=[timex]")
         assert failed.returncode == 1
         output = failed.stdout + failed.stderr
-        assert "d3#s0" in output and "failed after retries" in output
+        assert "d3#s0" in output and "HTTP 500" in output  # the id and its real cause
         _, runs = _mlflow_runs(workspace)
         assert runs[-1].info.status == "FAILED"
         assert "timex.base.f1" not in runs[-1].data.metrics  # never scored on a subset
@@ -175,3 +177,31 @@ def test_missing_api_key_fails_before_any_request(workspace: Path):
     assert done.returncode != 0
     assert "OPENROUTER_API_KEY" in done.stderr
     assert not (workspace / "mlflow.db").exists() or "qwen3_moe-I" not in (workspace / "mlflow.db").read_bytes().decode("latin-1")
+
+
+@pytest.mark.parametrize("override", ["limit=abc", "limit=-1", "tasks=[nope]", "datasets=[nope]",
+                                      "prompt.answer_format=nope", "scoring.bootstrap_resamples=0"])
+def test_a_bad_override_is_one_line_and_opens_no_run(workspace: Path, override: str):
+    with FakeOpenAIServer(answer=_answer) as server:
+        done = _run(workspace, server, override)
+        assert done.returncode == 2
+        assert "Traceback" not in done.stderr
+        errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+        assert len(errors) == 1, done.stderr[-2000:]
+        assert server.request_count == 0
+    assert not (workspace / "mlflow.db").exists(), "no MLflow run may be opened for a bad override"
+
+
+def test_each_dataset_is_an_mlflow_input_with_its_dvc_hash(workspace: Path):
+    import hashlib
+
+    with FakeOpenAIServer(answer=_answer) as server:
+        done = _run(workspace, server)
+        assert done.returncode == 0, done.stderr[-3000:]
+    _, runs = _mlflow_runs(workspace)
+    inputs = {i.dataset.name: i.dataset for i in runs[-1].inputs.dataset_inputs}
+    assert set(inputs) == {"timex/base", "comp/base"}
+    expected = hashlib.md5((workspace / "prepared/timex/base.jsonl").read_bytes()).hexdigest()
+    assert inputs["timex/base"].digest == expected
+    assert "prepared/timex/base.jsonl" in inputs["timex/base"].source
+    assert runs[-1].data.metrics["timex.base.truncated_rate"] == 0.0

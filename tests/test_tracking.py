@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
+
+import pytest
 
 from src import tracking
 
@@ -44,3 +51,76 @@ def test_data_version_changes_with_the_dataset_bytes(tmp_path: Path):
 def test_git_commit_names_a_commit():
     commit = tracking.git_commit()
     assert commit == "unknown" or len(commit.split("-")[0]) == 40
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """One fresh SQLite store for this module (creating one costs seconds)."""
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path_factory.mktemp('store') / 'mlflow.db'}"
+    client = MlflowClient(uri)  # not start_experiment: that sets the process-wide tracking URI
+    return client, client.create_experiment("tracking-tests")
+
+
+def dead_pid() -> int:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def test_close_stale_runs_fails_only_runs_whose_owner_is_gone(store):
+    client, experiment_id = store
+    here = socket.gethostname()
+
+    def running(name: str, tags: dict) -> str:
+        return client.create_run(experiment_id, run_name=name, tags=tags).info.run_id
+
+    no_owner = running("cfg", {})
+    dead_here = running("cfg", {tracking.PID_TAG: str(dead_pid()), tracking.HOST_TAG: here})
+    alive_here = running("cfg", tracking.run_owner_tags())
+    elsewhere = running("cfg", {tracking.PID_TAG: str(dead_pid()), tracking.HOST_TAG: "another-host"})
+    other_name = running("other-cfg", {})
+    finished = running("cfg", {})
+    client.set_terminated(finished, "FINISHED")
+
+    closed = tracking.close_stale_runs(experiment_id, "cfg", client)
+
+    assert sorted(closed) == sorted([no_owner, dead_here])
+    status = {run_id: client.get_run(run_id).info.status
+              for run_id in (no_owner, dead_here, alive_here, elsewhere, other_name, finished)}
+    assert status == {no_owner: "FAILED", dead_here: "FAILED", alive_here: "RUNNING",
+                      elsewhere: "RUNNING", other_name: "RUNNING", finished: "FINISHED"}
+    assert client.get_run(no_owner).data.tags["tempgen.closed_as_stale"] == "true"
+    assert tracking.close_stale_runs(experiment_id, "cfg", client) == []  # idempotent
+
+
+def test_run_owner_tags_name_this_process():
+    tags = tracking.run_owner_tags()
+    assert tags == {tracking.PID_TAG: str(os.getpid()), tracking.HOST_TAG: socket.gethostname()}
+
+
+def test_start_experiment_tolerates_a_concurrent_create(store):
+    """Another process creates the experiment between our lookup and our create."""
+    client, _ = store
+
+    class LateLookup:  # the real client, except that the first lookup misses
+        def __init__(self):
+            self.lookups = 0
+
+        def get_experiment_by_name(self, name):
+            self.lookups += 1
+            return None if self.lookups == 1 else client.get_experiment_by_name(name)
+
+        def create_experiment(self, name, artifact_location=None):
+            return client.create_experiment(name, artifact_location=artifact_location)
+
+    client.create_experiment("raced")
+    experiment_id = tracking._get_or_create_experiment(LateLookup(), "raced", None)
+    assert experiment_id == client.get_experiment_by_name("raced").experiment_id
+
+
+def test_store_lock_sits_beside_a_sqlite_file_and_in_tmp_otherwise(tmp_path):
+    assert tracking.store_lock_path(f"sqlite:///{tmp_path / 'm.db'}") == tmp_path / "m.db.lock"
+    remote = tracking.store_lock_path("http://127.0.0.1:5000")
+    assert remote.parent == Path(tempfile.gettempdir()) and remote != tracking.store_lock_path("http://other:5000")

@@ -11,7 +11,10 @@ as a miss and the next run rewrites. SQLite would need WAL, busy retries and
 a local disk (its locking is unreliable on network filesystems). The sharded folders keep
 directories small at study scale (~10^5 answers).
 
-Only deterministic requests (temperature 0) are cached and failed results never are.
+Only deterministic requests (temperature 0) are cached, and only real answers (string text):
+failed results never are, and an entry whose text is not a string (older versions stored a
+provider's null content) is a miss, so the request is sent again. Entries carry the answer's
+``finish_reason``; older entries without one restore it as None.
 """
 
 from __future__ import annotations
@@ -81,7 +84,7 @@ class ResponseCache:
         return self.directory / key[:2] / f"{key}.json"
 
     def get(self, key: str, fields: dict | None = None) -> dict | None:
-        """The stored entry for ``key``, or None (missing, unreadable, or for other fields)."""
+        """The stored entry for ``key``, or None (missing, unreadable, not an answer, other fields)."""
         path = self.path(key)
         try:
             with open(path, encoding="utf-8") as handle:
@@ -92,15 +95,18 @@ class ResponseCache:
             logger.warning("ignoring unreadable cache entry %s: %s", path, exc)
             return None
         if not isinstance(entry, dict) or not isinstance(entry.get("text"), str):
-            logger.warning("ignoring malformed cache entry %s", path)
+            logger.warning("ignoring cache entry %s: it holds no answer text", path)
             return None
         if fields is not None and entry.get("fields") != json.loads(canonical_json(fields)):
             logger.warning("ignoring cache entry %s: stored request differs", path)
             return None
         return entry
 
-    def put(self, key: str, fields: dict, text: str, usage: dict, latency_s: float) -> None:
-        """Store an answer atomically (temp file + ``os.replace``)."""
+    def put(self, key: str, fields: dict, text: str, usage: dict, latency_s: float,
+            finish_reason: str | None = None) -> None:
+        """Store an answer atomically (temp file + ``os.replace``); refuses anything but text."""
+        if not isinstance(text, str):
+            raise TypeError(f"cache entry {key}: text must be a string, got {type(text).__name__}")
         path = self.path(key)
         path.parent.mkdir(parents=True, exist_ok=True)
         entry = {
@@ -108,6 +114,7 @@ class ResponseCache:
             "text": text,
             "usage": usage,
             "latency_s": latency_s,
+            "finish_reason": finish_reason,
             "created": time.time(),
         }
         descriptor, temp_name = tempfile.mkstemp(prefix=f".{key[:8]}-", suffix=".tmp", dir=path.parent)
@@ -178,6 +185,7 @@ class CachedBackend:
             results[position] = GenerationResult(
                 request, entry["text"], usage=dict(entry.get("usage") or {}),
                 latency_s=float(entry.get("latency_s", 0.0)), cached=True,
+                finish_reason=_finish_reason_of(entry),
             )
             if on_result is not None:
                 on_result(position, results[position])
@@ -193,9 +201,11 @@ class CachedBackend:
             return results  # type: ignore[return-value]
 
         def deliver(sent_index: int, result: GenerationResult) -> None:
-            if sent_index < len(keys) and result.ok:
+            if sent_index < len(keys) and result.ok and isinstance(result.text, str):
                 key = keys[sent_index]
-                self.cache.put(key, pending_fields[key], result.text, result.usage, result.latency_s)
+                self.cache.put(
+                    key, pending_fields[key], result.text, result.usage, result.latency_s, result.finish_reason
+                )
             for position in owners[sent_index]:
                 own = result if requests[position] is result.request else _for_request(result, requests[position])
                 results[position] = own
@@ -214,8 +224,14 @@ def _for_request(result: GenerationResult, request: ChatRequest) -> GenerationRe
     """A copy of ``result`` answering a duplicate ``request`` (same content, other request_id)."""
     return GenerationResult(
         request, result.text, error=result.error, usage=dict(result.usage),
-        latency_s=result.latency_s, cached=result.cached,
+        latency_s=result.latency_s, cached=result.cached, finish_reason=result.finish_reason,
     )
+
+
+def _finish_reason_of(entry: dict) -> str | None:
+    """The stored finish_reason; None for entries written before it was stored."""
+    value = entry.get("finish_reason")
+    return value if isinstance(value, str) else None
 
 
 def _identity_of(backend: Backend) -> dict:

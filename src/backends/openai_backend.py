@@ -4,13 +4,20 @@ Requests run concurrently on one event loop, bounded by a semaphore; the ``opena
 retries are disabled so that retrying follows :mod:`src.backends.retry` (backoff with full jitter,
 ``Retry-After`` honoured, and a rate limit pauses every request, not only the one that hit it).
 The API key is read from an environment variable named in the config and never appears in a
-message, log line, repr or result.
+message, log line, repr or result (nor any 4+ character piece of it, which servers like to echo).
+
+A response is an answer only when its first choice has string content: null or missing content,
+a choice without a message, no choices, a body that is not JSON (truncated, HTML) and a 200
+carrying an ``error`` object are all transient failures, retried like a 5xx. 401/403 fail at
+once with a message naming the key variable, and stop the other requests of the call.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
+import json
 import logging
 import os
 import random
@@ -22,23 +29,36 @@ from urllib.parse import urlsplit
 
 import httpx
 import openai
-from openai.types.chat import ChatCompletion
 from tqdm.auto import tqdm
 
 from src.backends.base import ChatRequest, GenerationResult, ResultCallback
-from src.backends.retry import RetryPolicy, is_retryable_status, parse_retry_after
+from src.backends.retry import (
+    RetryPolicy,
+    is_auth_status,
+    is_retryable_status,
+    parse_retry_after,
+)
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_BASE_URL = "https://openrouter.ai/api/v1"
 DEFAULT_API_KEY_ENV = "OPENROUTER_API_KEY"
-LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1", "0.0.0.0"})
+PROVIDER_KEY_HOSTS = {"OPENROUTER_API_KEY": "openrouter.ai", "OPENAI_API_KEY": "api.openai.com"}
+MIN_SECRET_PIECE = 4  # shortest prefix/suffix of the key scrubbed from messages
 CONNECTIONS_PER_CLIENT = 8
 PLACEHOLDER_KEY = "EMPTY"  # what local servers (vLLM, llama.cpp) accept when they check no key
 
 
 class MissingAPIKeyError(RuntimeError):
     """The environment variable that should hold the API key is unset or empty."""
+
+
+class KeyHostMismatchError(ValueError):
+    """A provider's key variable was pointed at another host."""
+
+
+class _AuthError(Exception):
+    """The server rejected the credential (401/403): retrying cannot help."""
 
 
 class _RetryableError(Exception):
@@ -56,7 +76,8 @@ class OpenAIBackend:
     Args:
         model_id: the provider's model name, e.g. ``qwen/qwen3-235b-a22b-2507``.
         base_url: endpoint root (``.../v1``).
-        api_key_env: name of the environment variable holding the key.
+        api_key_env: name of the environment variable holding the key (see "Which key goes
+            where"); None or empty = no key.
         require_api_key: None = required unless ``base_url`` is a loopback address.
         max_concurrency: most requests in flight at once.
         timeout_s: limit on one attempt.
@@ -68,6 +89,14 @@ class OpenAIBackend:
             need it); None = only when the host is openrouter.ai, as other servers may reject
             the field. ``usage.cost`` is recorded whenever a response carries it.
         seed: seeds the retry jitter (not the model; each request carries its own seed).
+
+    Which key goes where: a provider's own variable (``OPENROUTER_API_KEY`` -> openrouter.ai,
+    ``OPENAI_API_KEY`` -> api.openai.com, see ``PROVIDER_KEY_HOSTS``) is only ever sent to
+    that host or its subdomains. Overriding ``base_url`` of such a model sends a loopback
+    server the placeholder key instead, and any other host is refused
+    (:class:`KeyHostMismatchError`) until ``api_key_env`` names a variable of its own (or is
+    null). A variable that is not a provider's (``VLLM_API_KEY``, a test's) is the explicit
+    choice of whoever wrote the config and goes to whatever ``base_url`` says.
     """
 
     name = "openai"
@@ -102,12 +131,25 @@ class OpenAIBackend:
         self.retry = RetryPolicy(max_retries, backoff_base_s, backoff_max_s)
         self.extra_headers = dict(extra_headers or {})
         self.extra_body = dict(extra_body or {})
-        host = (urlsplit(self.base_url).hostname or "").lower()
-        self.request_cost = host.endswith("openrouter.ai") if request_cost is None else request_cost
+        host = (urlsplit(self.base_url).hostname or "").lower().rstrip(".")
+        self.request_cost = _host_within(host, "openrouter.ai") if request_cost is None else request_cost
         self.seed = seed
-        needs_key = host not in LOOPBACK_HOSTS if require_api_key is None else require_api_key
-        self.__api_key = self._read_key(needs_key)
+        self.__api_key = self._key_for(host, require_api_key)
         self._tls: ssl.SSLContext | None = None
+
+    def _key_for(self, host: str, require_api_key: bool | None) -> str:
+        """The key this host may receive (class docstring: "Which key goes where")."""
+        provider_host = PROVIDER_KEY_HOSTS.get(self.api_key_env or "")
+        if provider_host and not _host_within(host, provider_host):
+            if is_loopback(host) and not require_api_key:
+                return PLACEHOLDER_KEY
+            raise KeyHostMismatchError(
+                f"openai backend: refusing to send {self.api_key_env} to {host or self.base_url}: that "
+                f"key belongs to {provider_host}; set api_key_env to the variable holding this "
+                f"server's own key (or null for a server that needs none)"
+            )
+        needs_key = not is_loopback(host) if require_api_key is None else require_api_key
+        return self._read_key(needs_key)
 
     def _read_key(self, needs_key: bool) -> str:
         key = os.environ.get(self.api_key_env, "").strip() if self.api_key_env else ""
@@ -132,8 +174,18 @@ class OpenAIBackend:
         return {"base_url": self.base_url, "extra_body": self.extra_body}
 
     def _redact(self, text: str) -> str:
+        """``text`` without the key or any prefix/suffix of it of MIN_SECRET_PIECE+ characters."""
         key = self.__api_key
-        return text.replace(key, "***") if key and key != PLACEHOLDER_KEY else text
+        if not key or key == PLACEHOLDER_KEY:
+            return text
+        for length in range(len(key), MIN_SECRET_PIECE - 1, -1):
+            text = text.replace(key[:length], "***").replace(key[-length:], "***")
+        return text
+
+    def _auth_message(self, status: int) -> str:
+        """The server's body is left out: it often quotes the rejected key."""
+        variable = self.api_key_env or "api_key_env (no key was sent)"
+        return f"authentication failed: check {variable} (HTTP {status} from {self.base_url})"
 
     def generate(
         self,
@@ -215,15 +267,22 @@ class OpenAIBackend:
         for attempt in range(self.retry.max_retries + 1):
             await state.wait_for_rate_limit()
             async with state.slot() as client:
+                if state.auth_error:  # the server rejected the key: do not keep sending it
+                    return GenerationResult(request, None, error=state.auth_error)
                 started = time.perf_counter()
                 try:
-                    text, usage = await self._attempt(request, client)
+                    text, finish_reason, usage = await self._attempt(request, client)
                     return GenerationResult(
-                        request, text, usage=usage, latency_s=time.perf_counter() - started
+                        request, text, usage=usage, latency_s=time.perf_counter() - started,
+                        finish_reason=finish_reason,
                     )
                 except _RetryableError as exc:
                     last_error = self._redact(str(exc))
                     retry_after, rate_limited = exc.retry_after, exc.rate_limited
+                except _AuthError as exc:
+                    state.auth_error = state.auth_error or str(exc)
+                    logger.warning("request %r failed: %s", request.request_id, state.auth_error)
+                    return GenerationResult(request, None, error=state.auth_error)
                 except Exception as exc:  # a permanent failure of this request only
                     message = self._redact(_describe(exc))
                     logger.warning("request %r failed: %s", request.request_id, message)
@@ -242,7 +301,8 @@ class OpenAIBackend:
         logger.warning("request %r %s", request.request_id, message)
         return GenerationResult(request, None, error=message)
 
-    async def _attempt(self, request: ChatRequest, client: openai.AsyncOpenAI) -> tuple[str, dict]:
+    async def _attempt(self, request: ChatRequest, client: openai.AsyncOpenAI) -> tuple[str, str | None, dict]:
+        """One request: (text, finish_reason, usage), or raises _RetryableError / _AuthError."""
         body = dict(self.extra_body)
         if self.request_cost:
             body.setdefault("usage", {"include": True})
@@ -257,9 +317,12 @@ class OpenAIBackend:
             async with asyncio.timeout(self.timeout_s):
                 # The client's generic post, not the typed chat.completions.create: the typed
                 # path spends a third of the client's CPU re-validating a body built right here,
-                # which caps throughput at high concurrency (benchmarks/bench_http.py).
-                response = await client.post("/chat/completions", body=body, cast_to=ChatCompletion)
+                # which caps throughput at high concurrency (benchmarks/bench_http.py). The raw
+                # response, because a 200 is only an answer once _parse_completion says so.
+                response = await client.post("/chat/completions", body=body, cast_to=httpx.Response)
         except openai.APIStatusError as exc:
+            if is_auth_status(exc.status_code):
+                raise _AuthError(self._auth_message(exc.status_code)) from None
             if not is_retryable_status(exc.status_code):
                 raise
             headers = exc.response.headers
@@ -272,12 +335,7 @@ class OpenAIBackend:
             ) from None
         except (openai.APIConnectionError, TimeoutError) as exc:  # includes APITimeoutError
             raise _RetryableError(_describe(exc) or "timeout") from None
-        choices = getattr(response, "choices", None) or []
-        if not choices:
-            provider_error = (getattr(response, "model_extra", None) or {}).get("error")
-            raise _RetryableError(f"response without choices: {provider_error or 'empty'}")
-        text = choices[0].message.content or ""
-        return text, _usage_dict(response)
+        return _parse_completion(response)
 
 
 class _LoopState:
@@ -293,6 +351,7 @@ class _LoopState:
                 self._free.put_nowait(client)
         self.rng = rng
         self._not_before = 0.0
+        self.auth_error: str | None = None  # set by the first 401/403; fails the rest at once
 
     @contextlib.asynccontextmanager
     async def slot(self):
@@ -310,19 +369,66 @@ class _LoopState:
             await asyncio.sleep(remaining)
 
 
-def _usage_dict(response: Any) -> dict:
+def _parse_completion(response: httpx.Response) -> tuple[str, str | None, dict]:
+    """(text, finish_reason, usage) of a 200, or _RetryableError naming what is wrong with it."""
+    try:
+        payload = json.loads(response.content)
+    except ValueError:
+        kind = response.headers.get("content-type", "no content type")
+        raise _RetryableError(f"HTTP {response.status_code} body is not valid JSON ({kind}, "
+                              f"{len(response.content)} bytes)") from None
+    if not isinstance(payload, dict):
+        raise _RetryableError(f"response is a JSON {type(payload).__name__}, not an object")
+    if payload.get("error"):
+        raise _RetryableError(f"provider error in a 200 response: {_error_text(payload['error'])}")
+    choices = payload.get("choices")
+    if not isinstance(choices, list) or not choices:
+        raise _RetryableError("response without choices")
+    choice = choices[0] if isinstance(choices[0], dict) else {}
+    message = choice.get("message")
+    if not isinstance(message, dict):
+        raise _RetryableError("choice without message")
+    content = message.get("content")
+    if content is None:
+        raise _RetryableError("null content" if "content" in message else "message without content")
+    if not isinstance(content, str):
+        raise _RetryableError(f"content is a {type(content).__name__}, not a string")
+    finish_reason = choice.get("finish_reason")
+    return content, finish_reason if isinstance(finish_reason, str) else None, _usage_dict(payload)
+
+
+def _error_text(error: Any) -> str:
+    """A provider's error object in one short line (redacted by the caller)."""
+    text = (error.get("message") or json.dumps(error)) if isinstance(error, dict) else str(error)
+    return str(text)[:300]
+
+
+def _usage_dict(payload: dict) -> dict:
     """Token counts and, where reported (OpenRouter), the cost in credits."""
-    usage = getattr(response, "usage", None)
-    if usage is None:
+    usage = payload.get("usage")
+    if not isinstance(usage, dict):
         return {}
-    result = {
-        "prompt_tokens": usage.prompt_tokens,
-        "completion_tokens": usage.completion_tokens,
-    }
-    cost = (getattr(usage, "model_extra", None) or {}).get("cost")
-    if cost is not None:
-        result["cost"] = float(cost)
+    result = {"prompt_tokens": usage.get("prompt_tokens"), "completion_tokens": usage.get("completion_tokens")}
+    if usage.get("cost") is not None:
+        result["cost"] = float(usage["cost"])
     return result
+
+
+def is_loopback(host: str) -> bool:
+    """True for localhost names and every loopback or unspecified address (127.0.0.0/8, ::1)."""
+    host = host.lower().rstrip(".").strip("[]")
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return address.is_loopback or address.is_unspecified
+
+
+def _host_within(host: str, domain: str) -> bool:
+    """``host`` is ``domain`` or one of its subdomains (not merely a name ending in it)."""
+    return host == domain or host.endswith("." + domain)
 
 
 def _describe(exc: BaseException) -> str:

@@ -3,8 +3,10 @@
 Rate limits (429), server errors (5xx), request timeouts (408) and transport failures are
 transient, so they are retried with exponential backoff and full jitter (a uniform wait in
 ``[0, min(max, base * 2**attempt)]``) so that many concurrent requests do not retry in
-lockstep. A server's ``Retry-After`` overrides the jittered wait. Every other 4xx is a bug in
-the request (bad model id, missing key) and fails at once.
+lockstep. A server's ``Retry-After`` overrides the jittered wait. A 200 that is not an answer
+(null content, bad JSON, an ``error`` object) is retried the same way by the backend. Every
+other 4xx is a bug in the request (bad model id) and fails at once; 401/403 (a rejected key)
+too, with their own message, since retrying a bad key only repeats the rejection.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import time
 from dataclasses import dataclass
 
 RETRYABLE_STATUS = frozenset({408, 429})
+AUTH_STATUS = frozenset({401, 403})
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,11 @@ class RetryPolicy:
 def is_retryable_status(status: int) -> bool:
     """True for 408, 429 and every 5xx."""
     return status in RETRYABLE_STATUS or 500 <= status <= 599
+
+
+def is_auth_status(status: int) -> bool:
+    """True for 401 and 403: the credential was rejected."""
+    return status in AUTH_STATUS
 
 
 def parse_retry_after(value: str | None, now: float | None = None) -> float | None:

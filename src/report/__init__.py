@@ -1,7 +1,9 @@
-"""The study's analysis and report: MLflow runs -> RQ1-RQ3 tables, figures and a written report.
+"""The study's analysis and report: the pipeline's runs -> RQ1-RQ3 tables, figures and a written report.
 
-``loading`` turns an experiment's runs into tidy tables and stacked per-instance
-statistics; ``rq`` holds the research-question computations as pure functions;
-``figures`` draws them; ``writer`` writes the markdown/HTML report. ``python -m
-src.analyze`` runs the whole chain.
+``provenance`` finds exactly the runs the pipeline's summary files name and checks them;
+``loading`` turns those runs into tidy tables and per-configuration instance statistics;
+``rq`` holds the research-question computations as pure functions (each pair tested on
+the instances both configurations share); ``analysis`` assembles them into one
+:class:`~src.report.analysis.Analysis`; ``figures`` draws it; ``writer`` writes the
+markdown/HTML report and the tables. ``python -m src.analyze`` runs the whole chain.
 """

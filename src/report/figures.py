@@ -22,7 +22,7 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 if TYPE_CHECKING:
-    from src.analyze import Analysis
+    from src.report.analysis import Analysis
     from src.report.rq import Correlation
 
 matplotlib.rcParams["svg.hashsalt"] = "tempgen"

@@ -1,10 +1,11 @@
-"""Read an experiment's MLflow runs into tidy tables and stacked per-instance statistics.
+"""Read the runs the pipeline's summaries name into tidy tables and per-instance statistics.
 
 The analysis needs two things from every configuration's run: its logged metrics (for
 the results tables, which must equal what MLflow shows) and its ``bootstrap/{task}/
-{dataset}.json`` artifacts (per-instance sufficient statistics, for paired tests).
-Configurations scored on the same dataset are stacked into one (S, N, 3) array over the
-instance ids they all share, so that one resample matrix serves every pair.
+{dataset}.json`` artifacts (per-instance sufficient statistics, for paired tests). Which
+runs: exactly those the summary files name (:mod:`src.report.provenance`). Each
+configuration keeps the instance ids it was scored on; a pair of configurations is
+compared on the ids both share (``src.report.rq.comparison_sets``).
 """
 
 from __future__ import annotations
@@ -14,15 +15,21 @@ import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
-STRATEGY_ORDER = ("I", "D", "A", "D+I", "A+I", "A+D", "A+D+I", "finetuned")
-TASK_ORDER = ("timex", "eventx", "comp")
-DATASET_ORDER = ("base", "adv", "adv_p", "t2c", "voc", "len")
-KINDS = ("prompted", "finetuned")  # the ``kind`` tag of configuration runs (src.run, src.finetune.evaluate)
+from src.report.provenance import (
+    check_data_versions,
+    fetch_runs,
+    read_summaries,
+    run_name,
+)
+from src.study import DATASET_ORDER, FINETUNED, STRATEGY_ORDER, TASK_ORDER
+
+#: Strategies in table order, fine-tuned configurations last.
+CONFIG_STRATEGY_ORDER = (*STRATEGY_ORDER, FINETUNED)
 ERROR_COLUMNS = ("missing", "spurious", "boundary", "exact")
 RUN_PARAM_COLUMNS = (
     "model", "model_id", "family", "architecture", "params_total_b", "params_active_b", "strategy",
@@ -34,25 +41,46 @@ RUN_PARAM_COLUMNS = (
 class DatasetStats:
     """Per-instance statistics of every configuration scored on one (task, dataset).
 
+    Each configuration keeps its own instances: configurations need not share them all.
+
     Attributes:
-        configs: configuration (run) names, in the order of the first axis.
-        ids: instance ids shared by all configurations (the second axis).
-        stats: (S, N, 3) word-LCS ``(matched, n_pred, n_gold)``.
-        errors: error type -> (S, N) counts.
-        dropped: configuration -> number of its instances outside ``ids`` (left out).
+        configs: configuration (run) names, in the study's order.
+        ids: configuration -> its instance ids (artifact order).
+        stats: configuration -> (N_c, 3) word-LCS ``(matched, n_pred, n_gold)`` per instance.
+        errors: configuration -> error type -> (N_c,) counts.
     """
 
     task: str
     dataset: str
     configs: list[str]
-    ids: list[str]
-    stats: np.ndarray
-    errors: dict[str, np.ndarray] = field(default_factory=dict)
-    dropped: dict[str, int] = field(default_factory=dict)
+    ids: dict[str, list[str]]
+    stats: dict[str, np.ndarray]
+    errors: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
 
     @property
     def key(self) -> str:
         return f"{self.task}/{self.dataset}"
+
+    def subset(self, configs: Sequence[str]) -> "DatasetStats":
+        """The same dataset restricted to ``configs`` (kept in this object's order)."""
+        keep = [c for c in self.configs if c in set(configs)]
+        return DatasetStats(self.task, self.dataset, keep, {c: self.ids[c] for c in keep},
+                            {c: self.stats[c] for c in keep}, {c: self.errors.get(c, {}) for c in keep})
+
+    def stacked(self, configs: Sequence[str], ids: Sequence[str]) -> np.ndarray:
+        """(S, N, 3) statistics of ``configs`` on ``ids`` (every configuration must have every id)."""
+        out = np.empty((len(configs), len(ids), 3))
+        for s, config in enumerate(configs):
+            position = {instance: n for n, instance in enumerate(self.ids[config])}
+            out[s] = self.stats[config][np.array([position[i] for i in ids], dtype=np.int64)].reshape(len(ids), 3)
+        return out
+
+    def instance_groups(self) -> list[tuple[int, list[str]]]:
+        """(number of instances, configurations scored on exactly that id set), largest first."""
+        groups: dict[frozenset, list[str]] = {}
+        for config in self.configs:
+            groups.setdefault(frozenset(self.ids[config]), []).append(config)
+        return sorted(((len(ids), members) for ids, members in groups.items()), key=lambda g: (-g[0], g[1]))
 
 
 @dataclass
@@ -60,10 +88,11 @@ class Study:
     """Everything the analysis reads from one experiment.
 
     Attributes:
-        runs: one row per configuration (index: run name) with its params, tags and run id.
+        runs: one row per configuration (index: run name) with its params, tags, run id and summary file.
         scores: one row per (config, task, dataset) with the logged metrics as columns.
-        datasets: ``"task/dataset"`` -> stacked statistics.
-        notes: facts about the input worth stating in the report (dropped instances, gaps).
+        datasets: ``"task/dataset"`` -> per-configuration statistics.
+        notes: facts about the input worth stating in the report (differing instance sets, gaps).
+        checked: the runs were read through summaries and their provenance checked (:func:`load_study`).
     """
 
     runs: pd.DataFrame
@@ -73,6 +102,7 @@ class Study:
     experiment_name: str
     experiment_id: str
     notes: list[str] = field(default_factory=list)
+    checked: bool = False
 
 
 def ordered_keys(keys) -> list[str]:
@@ -101,13 +131,20 @@ def _as_bool(value: Any) -> bool:
 
 def config_sort_key(kind: str, model: str, strategy: str) -> tuple:
     """Prompted before fine-tuned, then model name, then the study's strategy order."""
-    rank = STRATEGY_ORDER.index(strategy) if strategy in STRATEGY_ORDER else len(STRATEGY_ORDER)
+    order = CONFIG_STRATEGY_ORDER
+    rank = order.index(strategy) if strategy in order else len(order)
     return (kind != "prompted", model, rank, strategy)
 
 
-def run_row(run_name: str, run_id: str, params: Mapping[str, str], tags: Mapping[str, str], start_time: int) -> dict:
-    """One configuration's row: params first, tags where a param is absent, typed values."""
-    row: dict[str, Any] = {"config": run_name, "run_id": run_id, "start_time": start_time}
+def run_row(
+    run_name: str, run_id: str, params: Mapping[str, str], tags: Mapping[str, str], start_time: int,
+    summary: str | None = None,
+) -> dict:
+    """One configuration's row: params first, tags where a param is absent, typed values.
+
+    ``summary`` is the summary file (relative to the summaries folder) that named the run.
+    """
+    row: dict[str, Any] = {"config": run_name, "run_id": run_id, "start_time": start_time, "summary": summary}
     for column in RUN_PARAM_COLUMNS:
         row[column] = params.get(column, tags.get(column))
     row["kind"] = tags.get("kind") or ("finetuned" if row["strategy"] == "finetuned" else "prompted")
@@ -151,10 +188,10 @@ def _check_artifact(artifact: Mapping[str, Any], where: str) -> tuple[list[str],
     return [str(i) for i in ids], array
 
 
-def stack_dataset(
+def dataset_stats(
     task: str, dataset: str, artifacts: Mapping[str, Mapping[str, Any]], where: Mapping[str, str] | None = None
 ) -> DatasetStats:
-    """Stack configurations' bootstrap artifacts over the instance ids they all share.
+    """Every configuration's bootstrap artifact of one dataset, checked, each on its own instances.
 
     Args:
         artifacts: configuration -> parsed ``bootstrap/{task}/{dataset}.json``.
@@ -165,43 +202,19 @@ def stack_dataset(
     """
     where = where or {}
     configs = list(artifacts)
-    checked = {c: _check_artifact(artifacts[c], where.get(c, f"{c}:{task}/{dataset}")) for c in configs}
-    shared = set.intersection(*(set(ids) for ids, _ in checked.values())) if configs else set()
-    ids = [i for i in checked[configs[0]][0] if i in shared] if configs else []
-    stats = np.zeros((len(configs), len(ids), 3))
-    errors = {name: np.zeros((len(configs), len(ids))) for name in ERROR_COLUMNS}
-    dropped = {}
-    for s, config in enumerate(configs):
-        config_ids, array = checked[config]
-        position = {instance: n for n, instance in enumerate(config_ids)}
-        order = np.array([position[i] for i in ids], dtype=np.int64)
-        stats[s] = array[order] if ids else stats[s]
+    ids, stats, errors = {}, {}, {}
+    for config in configs:
+        origin = where.get(config, f"{config}:{task}/{dataset}")
+        ids[config], stats[config] = _check_artifact(artifacts[config], origin)
+        errors[config] = {}
         for name in ERROR_COLUMNS:
             values = (artifacts[config].get("errors") or {}).get(name)
-            if values is not None and ids:
-                errors[name][s] = np.asarray(values, dtype=np.float64)[order]
-        dropped[config] = len(config_ids) - len(ids)
-    return DatasetStats(task, dataset, configs, ids, stats, errors, dropped)
-
-
-def latest_finished_runs(client, experiment_id: str) -> list:
-    """The most recent FINISHED run of every run name in the experiment."""
-    runs, token = [], None
-    while True:
-        page = client.search_runs(
-            [experiment_id], filter_string="attributes.status = 'FINISHED'",
-            order_by=["attributes.start_time DESC"], max_results=1000, page_token=token,
-        )
-        runs.extend(page)
-        token = page.token
-        if not token:
-            break
-    latest: dict[str, Any] = {}
-    for run in runs:
-        name = run.info.run_name or run.data.tags.get("mlflow.runName") or run.info.run_id
-        if name not in latest or run.info.start_time > latest[name].info.start_time:
-            latest[name] = run
-    return list(latest.values())
+            if values is not None:
+                values = np.asarray(values, dtype=np.float64).reshape(-1)
+                if values.size != len(ids[config]):
+                    raise ValueError(f"{origin}: {len(ids[config])} ids but {values.size} '{name}' error counts")
+                errors[config][name] = values
+    return DatasetStats(task, dataset, configs, ids, stats, errors)
 
 
 def read_bootstrap_artifacts(client, run_id: str, destination: Path) -> dict[tuple[str, str], dict]:
@@ -224,6 +237,16 @@ def _sorted_runs(runs: pd.DataFrame) -> pd.DataFrame:
     return runs.iloc[order].set_index("config")
 
 
+def _instance_note(data: DatasetStats) -> str | None:
+    """A note when a dataset's configurations were scored on different instance sets."""
+    groups = data.instance_groups()
+    if len(groups) < 2:
+        return None
+    listed = "; ".join(f"{len(members)} on {n} ({', '.join(members)})" for n, members in groups)
+    return (f"{data.key}: the configurations were scored on {len(groups)} different instance sets ({listed}); "
+            "each pair is compared on the instances both were scored on.")
+
+
 def build_study(
     runs: list[dict],
     metrics: Mapping[str, Mapping[str, float]],
@@ -234,9 +257,9 @@ def build_study(
 ) -> Study:
     """Assemble a :class:`Study` from run rows, their metrics and their bootstrap artifacts."""
     if not runs:
-        raise ValueError(f"experiment {experiment_name!r} at {tracking_uri} has no FINISHED runs to analyse")
+        raise ValueError(f"experiment {experiment_name!r} at {tracking_uri}: no configuration run to analyse")
     frame = pd.DataFrame(runs)
-    for column in ("run_id", *RUN_PARAM_COLUMNS):
+    for column in ("run_id", "summary", *RUN_PARAM_COLUMNS):
         if column not in frame.columns:
             frame[column] = None
     if "kind" not in frame.columns:
@@ -249,58 +272,57 @@ def build_study(
         scores = pd.DataFrame(columns=["config", "task", "dataset", "f1"])
     notes = []
     present = {f"{t}/{d}" for config in configs for t, d in artifacts.get(config, {})}
-    pairs = [tuple(key.split("/", 1)) for key in ordered_keys(present)]
     datasets = {}
-    for task, dataset in pairs:
+    for key in ordered_keys(present):
+        task, dataset = key.split("/", 1)
         have = {c: artifacts[c][task, dataset] for c in configs if (task, dataset) in artifacts.get(c, {})}
         where = {c: f"run {run_table.loc[c, 'run_id']} ({c}) bootstrap/{task}/{dataset}.json" for c in have}
-        stacked = stack_dataset(task, dataset, have, where)
-        if not stacked.ids:
-            notes.append(f"{task}/{dataset}: the configurations share no instance id, so no paired test is run on it.")
-            continue
-        left_out = {c: n for c, n in stacked.dropped.items() if n}
-        if left_out:
-            listed = ", ".join(f"{c} ({n})" for c, n in left_out.items())
-            notes.append(
-                f"{task}/{dataset}: paired tests use the {len(stacked.ids)} instances all {len(have)} configurations "
-                f"share; left out: {listed}."
-            )
-        datasets[stacked.key] = stacked
+        data = dataset_stats(task, dataset, have, where)
+        note = _instance_note(data)
+        if note:
+            notes.append(note)
+        datasets[key] = data
     missing = [c for c in configs if not artifacts.get(c)]
     if missing:
         notes.append("No bootstrap artifacts (left out of the significance tests): " + ", ".join(missing) + ".")
     return Study(run_table, scores, datasets, tracking_uri, experiment_name, experiment_id, notes)
 
 
-def load_study(experiment: str, tracking_uri: str) -> Study:
-    """Read the latest FINISHED configuration run per run name of ``experiment`` from the tracking store.
+def scored_keys(metrics: Mapping[str, float]) -> set[str]:
+    """The ``task/dataset`` keys a run logged an F1 for."""
+    return {f"{row['task']}/{row['dataset']}" for row in metric_rows("", metrics)}
 
-    Runs without a ``kind`` tag (e.g. training runs logged to the same experiment) are
-    skipped and listed in the study's notes.
+
+def load_study(
+    experiment: str, tracking_uri: str, summaries: Path | str = Path("summaries"), expected: Sequence[str] | None = None
+) -> Study:
+    """Read exactly the runs the summary files under ``summaries`` name, fetched by id.
+
+    Raises:
+        ValueError: one line, naming the summary file where one is at fault: a missing, unfinished,
+            foreign or non-configuration run, two summaries for one run or configuration, or runs that
+            disagree on the data version (:mod:`src.report.provenance`).
     """
     from mlflow.tracking import MlflowClient
 
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # one bar per run floods the log
+    listed = read_summaries(Path(summaries), expected)
     client = MlflowClient(tracking_uri)
     found = client.get_experiment_by_name(experiment)
     if found is None:
         raise ValueError(f"no MLflow experiment named {experiment!r} at {tracking_uri}")
-    latest = latest_finished_runs(client, found.experiment_id)
-    runs = [r for r in latest if r.data.tags.get("kind") in KINDS]
-    skipped = sorted(r.info.run_name or r.info.run_id for r in latest if r.data.tags.get("kind") not in KINDS)
+    runs = fetch_runs(client, listed, found.experiment_id, experiment)
     rows, metrics, artifacts = [], {}, {}
+    for summary, run in zip(listed, runs):
+        name = run_name(run)
+        rows.append(run_row(name, run.info.run_id, run.data.params, run.data.tags, run.info.start_time, summary.name))
+        metrics[name] = dict(run.data.metrics)
+    check_data_versions(rows, {name: scored_keys(values) for name, values in metrics.items()})
     with tempfile.TemporaryDirectory(prefix="tempgen-analysis-") as scratch:
         for run in runs:
-            name = run.info.run_name or run.info.run_id
-            rows.append(run_row(name, run.info.run_id, run.data.params, run.data.tags, run.info.start_time))
-            metrics[name] = dict(run.data.metrics)
             destination = Path(scratch) / run.info.run_id
             destination.mkdir()
-            artifacts[name] = read_bootstrap_artifacts(client, run.info.run_id, destination)
+            artifacts[run_name(run)] = read_bootstrap_artifacts(client, run.info.run_id, destination)
     study = build_study(rows, metrics, artifacts, tracking_uri, experiment, found.experiment_id)
-    if skipped:
-        study.notes.append(
-            f"Skipped {len(skipped)} FINISHED run(s) without a `kind` tag of {KINDS} (not configuration runs): "
-            + ", ".join(skipped) + "."
-        )
+    study.checked = True
     return study

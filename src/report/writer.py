@@ -14,9 +14,11 @@ import numpy as np
 import pandas as pd
 
 from src.report import rq
+from src.report.analysis import finetuned_pairs, instance_table, pairwise_long
+from src.study import TASK_ORDER
 
 if TYPE_CHECKING:
-    from src.analyze import Analysis
+    from src.report.analysis import Analysis
 
 DETAIL_METRICS = (
     "f1", "f1_ci_low", "f1_ci_high", "precision", "recall", "strict_f1", "relaxed_f1", "parse_failure_rate", "n",
@@ -92,26 +94,6 @@ def _write(table: pd.DataFrame, directory: Path, name: str, index: bool = True, 
     return csv
 
 
-def pairwise_long(analysis: "Analysis") -> pd.DataFrame:
-    """Every pairwise test: F1s, delta, raw and adjusted p (a over b), outcomes."""
-    adjusted = analysis.p_adjusted
-    frames = []
-    for key, test in analysis.tests.items():
-        i, j = np.triu_indices(len(test.configs), 1)
-        configs = np.asarray(test.configs, dtype=object)
-        raw = analysis.outcomes["none"][key].to_numpy()
-        corrected = analysis.outcomes[analysis.correction][key].to_numpy()
-        frames.append(pd.DataFrame({
-            "dataset": key, "config_a": configs[i], "config_b": configs[j], "instances": test.instances,
-            "f1_a": test.f1[i], "f1_b": test.f1[j], "delta": test.f1[i] - test.f1[j],
-            "p_a_better": test.p_value[i, j], "p_b_better": test.p_value[j, i],
-            f"p_{analysis.correction}_a_better": adjusted[key][i, j],
-            f"p_{analysis.correction}_b_better": adjusted[key][j, i],
-            "outcome": raw[i, j], f"outcome_{analysis.correction}": corrected[i, j],
-        }))
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-
-
 def configurations_table(analysis: "Analysis") -> pd.DataFrame:
     runs = analysis.study.runs
     columns = ["model", "strategy", "kind", "family", "architecture", "params_total_b", "params_active_b",
@@ -129,7 +111,7 @@ def write_tables(analysis: "Analysis", directory: Path) -> dict[str, Path]:
     finetuned = [c for c in study.runs.index if study.runs.loc[c, "kind"] == "finetuned"]
     keys = rq.ordered_keys(scores["task"] + "/" + scores["dataset"]) if not scores.empty else []
     written = {}
-    for task in rq.TASK_ORDER:
+    for task in TASK_ORDER:
         task_keys = [k for k in keys if k.startswith(task + "/")]
         if task_keys and prompted:
             written[f"results_{task}"] = _write(with_ci(scores, prompted, task_keys), directory, f"results_{task}")
@@ -142,9 +124,14 @@ def write_tables(analysis: "Analysis", directory: Path) -> dict[str, Path]:
         detail.index.name = "configuration"
         written[f"dataset_{task}_{dataset}"] = _write(detail, directory, f"dataset_{task}_{dataset}")
     written["configurations"] = _write(configurations_table(analysis), directory, "configurations")
+    written["provenance"] = _write(analysis.provenance, directory, "provenance")
+    written["comparisons"] = _write(instance_table(analysis), directory, "comparisons", index=False)
     if analysis.tests:
         # ~11,000 rows at paper scale: CSV only
-        written["pairwise"] = _write(pairwise_long(analysis), directory, "pairwise", index=False, markdown=False)
+        written["pairwise"] = _write(pairwise_long(analysis.prompted, analysis.correction), directory, "pairwise",
+                                     index=False, markdown=False)
+    if analysis.finetuned.tests:
+        written["finetuned_pairwise"] = _write(finetuned_pairs(analysis), directory, "finetuned_pairwise", index=False)
     written["rq1"] = _write(analysis.rq1, directory, "rq1_transfer", index=False)
     for group, corr in analysis.rq2.items():
         slug = group.replace("+", "_plus").replace("-", "_")
@@ -331,16 +318,86 @@ def _method_lines(analysis: "Analysis") -> list[str]:
     dims = "; ".join(f"{d}: {', '.join(keys)}" for d, keys in analysis.dimensions.items())
     return [
         "How to read the numbers:", "",
-        f"- Paired bootstrap per dataset over the instances all configurations share, one resample matrix of "
-        f"{analysis.resamples} rows for every configuration; i is *better* than j when p(i better) < {analysis.alpha}, "
-        f"*worse* when p(j better) < {analysis.alpha}, else *almost equal*.",
+        "- Paired bootstrap per dataset, each pair of configurations on the instances both were scored on: "
+        f"configurations scored on the same instances share one resample matrix of {analysis.resamples} rows, and a "
+        "pair across two instance sets uses their intersection (one matrix per distinct intersection); the number "
+        "of instances of every comparison is under *Instances per comparison*. i is *better* than j when "
+        f"p(i better) < {analysis.alpha}, *worse* when p(j better) < {analysis.alpha}, else *almost equal*.",
         f"- {name} adjusts the p-value of each pair's observed direction over the family of all pairwise tests "
-        "on all datasets; its outcomes are shown beside the raw ones.",
+        f"of prompted configurations on all datasets ({analysis.prompted.pairs} tests); the fine-tuned models' "
+        f"comparisons are a family of their own ({analysis.finetuned.pairs} tests). Its outcomes are shown beside "
+        "the raw ones.",
         "- RQ1 follows ordered pairs better on a base set to each generalization set of the same task "
-        "(comp/base to both timex/base and eventx/base); a pair belongs to a group when both configurations do.",
+        "(comp/base to both timex/base and eventx/base); a pair belongs to a group when both configurations do, "
+        "and counts on a link when it was tested on both sets.",
         f"- RQ3 counts (model, dataset) cells per dimension ({dims}); dimension *all* sums them.",
         "",
     ]
+
+
+def _instance_lines(analysis: "Analysis") -> list[str]:
+    """Per family: the n of its comparisons, dataset by dataset where they differ."""
+    table = instance_table(analysis)
+    lines = []
+    for family in analysis.families:
+        part = table[table["family"] == family.name]
+        if part.empty:
+            continue
+        mixed, uniform = [], []
+        for key, rows in part.groupby("dataset", sort=False):
+            tested = rows[rows["instances"] > 0]
+            if len(rows) == 1 and not tested.empty:
+                uniform.append(f"{key} ({int(tested['instances'].iloc[0])})")
+            else:
+                mixed.append(f"{key}: " + ", ".join(
+                    f"{int(r.pairs)} pair(s) {'share no instance (untested)' if r.instances == 0 else f'on {int(r.instances)}'}"
+                    for r in rows.itertuples(index=False)))
+        sentence = f"- **{family.name}** ({family.pairs} tests): "
+        if uniform:
+            sentence += "every pair compared on the same instances on " + ", ".join(uniform)
+        if mixed:
+            sentence += ("; " if uniform else "") + "pairs compared on different numbers of instances on " + \
+                "; ".join(mixed)
+        lines.append(sentence + ".")
+    return lines
+
+
+def _finetuned_lines(analysis: "Analysis", tables: Mapping[str, Path]) -> list[str]:
+    family = analysis.finetuned
+    lines = ["### Fine-tuned models compared (Figure 11)", ""]
+    if not family.tests:
+        return lines + [f"Needs at least two fine-tuned models scored on one dataset; here: {len(family.configs)}.", ""]
+    pairs = finetuned_pairs(analysis)
+    c = analysis.correction
+    counts = []
+    for correction, column in (("none", "outcome"), (c, f"outcome_{c}")):
+        significant = int(pairs[column].isin(["better", "worse"]).sum())
+        counts.append(f"{significant} significant with {CORRECTION_NAMES.get(correction, correction)}")
+    lines += [f"Paired bootstrap of fine-tuned model a vs b on each dataset, on the instances both were scored on "
+              f"(column `instances`): {len(pairs)} tests over {len(family.tests)} datasets, " + " and ".join(counts) + ".",
+              "", tables["finetuned_pairwise"].with_suffix(".md").read_text(encoding="utf-8"), ""]
+    return lines
+
+
+def _provenance_lines(analysis: "Analysis") -> list[str]:
+    study = analysis.study
+    table = analysis.provenance.copy()
+    lines = ["## Provenance", ""]
+    if study.checked:
+        lines += [f"Every number above comes from exactly the runs the pipeline's summary files name ({len(table)} "
+                  "summaries, runs fetched by id, each FINISHED in this experiment); runs logged by hand or by other "
+                  "profiles are not read. Data versions were checked: the raw corpora's hash is the same for every "
+                  "run, and runs scored on the same datasets have the same dataset digest.", ""]
+    else:
+        lines += ["These runs were not read through the pipeline's summaries, so their provenance was not checked.", ""]
+    dirty = [config for config, flag in table["dirty"].items() if flag]
+    if dirty:
+        lines += [f"**Uncommitted changes**: the runs of {', '.join(dirty)} were logged from a working tree with "
+                  "uncommitted changes (commit ending in `-dirty`), so their commit alone does not reproduce them.", ""]
+    table["run_id"] = [run_link(study.tracking_uri, study.experiment_id, r) for r in table["run_id"]]
+    table["git_commit"] = [f"`{c}`" if isinstance(c, str) else c for c in table["git_commit"]]
+    table["data_version"] = [f"`{v}`" if isinstance(v, str) else v for v in table["data_version"]]
+    return lines + [markdown_table(table), ""]
 
 
 def build_report(analysis: "Analysis", drawn: Mapping[str, list[Path]], tables: Mapping[str, Path], out: Path) -> str:
@@ -355,8 +412,8 @@ def build_report(analysis: "Analysis", drawn: Mapping[str, list[Path]], tables: 
         f"{len(runs)} configurations ({len(analysis.groups['all'])} prompted, "
         f"{int((runs['kind'] == 'finetuned').sum())} fine-tuned), {len(analysis.tests)} datasets with paired tests, "
         f"{analysis.resamples} bootstrap resamples per dataset (seed {analysis.seed}), alpha = {analysis.alpha}, "
-        f"correction: {cname} over all {sum(len(t.configs) * (len(t.configs) - 1) // 2 for t in analysis.tests.values())} "
-        "pairwise tests.",
+        f"correction: {cname} over all {analysis.prompted.pairs} pairwise tests of prompted configurations "
+        f"(and {analysis.finetuned.pairs} of fine-tuned models, a family of their own).",
         "",
     ]
     lines += _method_lines(analysis)
@@ -364,14 +421,21 @@ def build_report(analysis: "Analysis", drawn: Mapping[str, list[Path]], tables: 
         lines += ["Input notes:", ""] + [f"- {note}" for note in study.notes] + [""]
     lines += ["## Results per dataset", "",
               "F1 (word-LCS micro-F1) with its 95% bootstrap interval, as logged in MLflow.", ""]
-    for task in rq.TASK_ORDER:
+    for task in TASK_ORDER:
         if f"results_{task}" in tables:
             lines += [f"### {task}", "", Path(tables[f"results_{task}"]).with_suffix(".md").read_text(encoding="utf-8"), ""]
     if "finetuned" in tables:
         lines += ["### Fine-tuned models (Table 10)", "", tables["finetuned"].with_suffix(".md").read_text(encoding="utf-8"), ""]
+        lines += _finetuned_lines(analysis, tables)
     details = [k for k in tables if k.startswith("dataset_")]
     lines += ["Per-dataset details (precision, recall, strict/relaxed F1, parse failures, errors): " +
               ", ".join(f"[{k[len('dataset_'):]}](tables/{tables[k].name})" for k in details) + ".", ""]
+    lines += ["## Instances per comparison", "",
+              "Each pair of configurations is compared on the instances both were scored on; per family and dataset, "
+              "the number of instances and of pairs compared on them (`tables/comparisons.csv`):", ""]
+    lines += _instance_lines(analysis) + [""]
+    if "comparisons" in tables and not instance_table(analysis).empty:
+        lines += [Path(tables["comparisons"]).with_suffix(".md").read_text(encoding="utf-8"), ""]
     lines += ["## RQ1: does a significant difference on base carry over?", ""]
     lines += _rq1_sentences(analysis) + [""]
     rq1 = analysis.rq1.pivot_table(index=["group", "reference", "target"], columns="correction",
@@ -425,11 +489,9 @@ def build_report(analysis: "Analysis", drawn: Mapping[str, list[Path]], tables: 
         _figure(lines, drawn, "top_labels", "Most frequent gold strings, base vs t2c", out)
     else:
         lines += ["Skipped: no `top_gold` for base and t2c in the prepared-data statistics (`stats.json`).", ""]
-    lines += ["## Configurations and runs", "",
-              "Data version(s): " + ", ".join(f"`{v}`" for v in sorted(set(runs["data_version"].dropna().astype(str)))) + "; "
-              "git commit(s): " + ", ".join(f"`{v}`" for v in sorted(set(runs["git_commit"].dropna().astype(str)))) + ".", ""]
-    listing = configurations_table(analysis).drop(columns=["git_commit", "data_version"], errors="ignore")
-    listing["run_id"] = [run_link(study.tracking_uri, study.experiment_id, r) for r in listing["run_id"]]
+    lines += _provenance_lines(analysis)
+    lines += ["## Configurations", ""]
+    listing = configurations_table(analysis).drop(columns=["git_commit", "data_version", "run_id"], errors="ignore")
     lines += [markdown_table(listing), ""]
     return "\n".join(lines)
 

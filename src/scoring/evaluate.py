@@ -27,6 +27,8 @@ class InstanceOutput:
     parse_error: str | None = None
     reasoning_steps: list[str] | None = None
     request_error: str | None = None
+    truncated: bool = False  # the answer was cut by the token budget (finish reason ``length``)
+    well_formed: bool = True  # strict JSON of exactly the requested shape (no repair needed)
 
 
 @dataclass
@@ -42,6 +44,10 @@ class DatasetEvaluation:
     rows: list[dict[str, Any]] = field(default_factory=list)
     resamples: int = 0
     seed: int = 0
+    truncated_rate: float = 0.0
+    well_formed_rate: float = 1.0
+    variant_metrics: dict[str, dict[str, float]] = field(default_factory=dict)
+    variant_stats: dict[str, list] = field(default_factory=dict)
 
     def metrics(self) -> dict[str, float]:
         """Flat MLflow metrics named ``{task}.{dataset}.{metric}``."""
@@ -56,6 +62,8 @@ class DatasetEvaluation:
             f"{prefix}.f1_ci_low": self.ci95[0],
             f"{prefix}.f1_ci_high": self.ci95[1],
             f"{prefix}.parse_failure_rate": self.parse_failure_rate,
+            f"{prefix}.truncated_rate": self.truncated_rate,
+            f"{prefix}.well_formed_rate": self.well_formed_rate,
             f"{prefix}.n": float(summary["n"]),
             f"{prefix}.not_in_text": float(summary["predictions_not_in_text"]),
         }
@@ -64,6 +72,8 @@ class DatasetEvaluation:
         for label, result in self.score.per_label.items():
             p, r, f = result.prf("lcs")
             out.update({f"{prefix}.{label}.f1": f, f"{prefix}.{label}.precision": p, f"{prefix}.{label}.recall": r})
+        for variant, values in self.variant_metrics.items():
+            out.update({f"{prefix}.{variant}.{name}": value for name, value in values.items()})
         return out
 
     def bootstrap_artifact(self) -> dict[str, Any]:
@@ -82,6 +92,8 @@ class DatasetEvaluation:
             "seed": self.seed,
             "bootstrap_f1": self.bootstrap_f1.round(6).tolist(),
             "ci95": list(self.ci95),
+            "variant_columns": ["p_sum", "r_sum", "n_pred", "n_gold"],
+            "variant_stats": self.variant_stats,
         }
 
 
@@ -93,8 +105,13 @@ def evaluate_dataset(
     resamples: int,
     seed: int,
     lowercase: bool = False,
+    variants: Sequence[str] = (),
 ) -> DatasetEvaluation:
-    """Score ``outputs`` (aligned with ``records``) and bootstrap the LCS micro-F1."""
+    """Score ``outputs`` (aligned with ``records``) and bootstrap the LCS micro-F1.
+
+    ``variants`` names extra scorers (``src.scoring.variants``) logged beside the primary
+    metric, with their per-instance statistics in the bootstrap artifact.
+    """
     if len(records) != len(outputs):
         raise ValueError(f"{task}/{dataset}: {len(records)} records but {len(outputs)} outputs")
     if not records:
@@ -103,6 +120,9 @@ def evaluate_dataset(
     samples = bootstrap_f1(score.stats["lcs"], resample_counts(len(records), resamples, seed))
     low, high = percentile_interval(samples)
     failures = sum(1 for o in outputs if not o.parse_ok)
+    variant_metrics, variant_stats = score_variants(
+        [(r, o.predictions) for r, o in zip(records, outputs)], variants, lowercase
+    )
     rows = [
         {
             "id": record.id,
@@ -113,12 +133,33 @@ def evaluate_dataset(
             "parse_error": output.parse_error,
             "reasoning_steps": output.reasoning_steps,
             "request_error": output.request_error,
+            "truncated": output.truncated,
         }
         for record, output in zip(records, outputs)
     ]
     return DatasetEvaluation(
-        task, dataset, score, samples, (float(low), float(high)), failures / len(records), rows, resamples, seed
+        task, dataset, score, samples, (float(low), float(high)), failures / len(records), rows, resamples, seed,
+        truncated_rate=sum(o.truncated for o in outputs) / len(records),
+        well_formed_rate=sum(o.well_formed for o in outputs) / len(records),
+        variant_metrics=variant_metrics, variant_stats=variant_stats,
     )
+
+
+def score_variants(pairs, variants: Sequence[str], lowercase: bool) -> tuple[dict, dict]:
+    """Precision, recall and F1 of each extra scorer variant, and its per-instance statistics."""
+    if not variants:
+        return {}, {}
+    from src.scoring.variants import PRIMARY, score_variant
+
+    metrics, stats = {}, {}
+    for variant in variants:
+        if variant == PRIMARY:
+            continue
+        scored = score_variant(pairs, variant, lowercase=lowercase)
+        precision, recall, f1 = scored.prf()
+        metrics[variant] = {"precision": float(precision), "recall": float(recall), "f1": float(f1)}
+        stats[variant] = scored.stats.tolist()
+    return metrics, stats
 
 
 def log_evaluation(evaluation: DatasetEvaluation, secrets: tuple[str, ...] = ()) -> None:

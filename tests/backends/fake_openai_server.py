@@ -45,6 +45,7 @@ class Fault:
     retry_after: float | str | None = None
     delay_s: float = 0.0
     body: str = '{"error": {"message": "injected fault"}}'
+    content_type: str = "application/json"
 
     def matches(self, body: dict) -> bool:
         return self.marker is None or self.marker in last_user_message(body)
@@ -94,12 +95,14 @@ class FakeOpenAIServer:
             return [t for body, t in zip(self.bodies, self.arrivals) if marker in last_user_message(body)]
 
     def inject(self, marker: str | None, status: int | None = None, times: int | None = 1,
-               retry_after: float | str | None = None, delay_s: float = 0.0, body: str | None = None) -> Fault:
+               retry_after: float | str | None = None, delay_s: float = 0.0, body: str | None = None,
+               content_type: str = "application/json") -> Fault:
         """Serve ``status`` (after ``delay_s``) to the next ``times`` matching requests.
 
-        ``status=None`` with ``delay_s`` makes a slow but successful response (for timeouts).
+        ``status=None`` with ``delay_s`` makes a slow but successful response (for timeouts);
+        ``status=200`` with ``body`` serves a malformed "success" (null content, HTML, ...).
         """
-        fault = Fault(marker, status, times, retry_after, delay_s)
+        fault = Fault(marker, status, times, retry_after, delay_s, content_type=content_type)
         if body is not None:
             fault.body = body
         with self._lock:
@@ -206,7 +209,7 @@ def _handler_for(server: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
                 if fault and fault.status:
                     status = fault.status
                     headers = {} if fault.retry_after is None else {"Retry-After": str(fault.retry_after)}
-                    self._send(status, fault.body, headers)
+                    self._send(status, fault.body, headers, fault.content_type)
                 else:
                     self._send(200, json.dumps(server.completion(body)))
             except (BrokenPipeError, ConnectionResetError):
@@ -214,10 +217,11 @@ def _handler_for(server: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
             finally:
                 server._leave(status)
 
-        def _send(self, status: int, payload: str, headers: dict | None = None) -> None:
+        def _send(self, status: int, payload: str, headers: dict | None = None,
+                  content_type: str = "application/json") -> None:
             data = payload.encode("utf-8")
             self.send_response(status)
-            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(data)))
             for name, value in (headers or {}).items():
                 self.send_header(name, value)

@@ -42,7 +42,8 @@ class CountingBackend:
             if self.fail_on and self.fail_on in content:
                 result = GenerationResult(request, None, error="boom")
             else:
-                result = GenerationResult(request, f"answer to {content}", usage={"completion_tokens": 3}, latency_s=0.5)
+                result = GenerationResult(request, f"answer to {content}", usage={"completion_tokens": 3},
+                                          latency_s=0.5, finish_reason="stop")
             if on_result is not None:
                 on_result(index, result)
             results.append(result)
@@ -139,6 +140,46 @@ def test_corrupt_or_foreign_entries_are_misses(tmp_path):
     assert json.loads(cache.path(key).read_text())["text"] == "answer to x"  # repaired
     cache.path(key).write_text(json.dumps({"fields": {"other": 1}, "text": "stale"}))
     assert cached.generate([req])[0].text == "answer to x"
+
+
+def test_old_entry_with_null_text_is_a_miss_and_is_requested_again(tmp_path):
+    """Older versions cached a provider's null content; such an entry must not score as ''."""
+    inner = CountingBackend()
+    cache = ResponseCache(tmp_path)
+    cached = CachedBackend(inner, cache)
+    req = request("nulled")
+    fields = cached.key_fields(req)
+    key = cache_key(fields)
+    cache.path(key).parent.mkdir(parents=True)
+    old_entry = {"fields": fields, "text": None, "usage": {}, "latency_s": 0.1, "created": 0}
+    cache.path(key).write_text(json.dumps(old_entry))
+    assert cache.get(key, fields) is None
+    (result,) = cached.generate([req])
+    assert result.text == "answer to nulled" and not result.cached
+    assert [r.messages[0][1] for r in inner.sent] == ["nulled"]
+    assert cache.get(key, fields)["text"] == "answer to nulled"  # replaced by the real answer
+
+
+def test_finish_reason_is_stored_and_restored_and_none_for_old_entries(tmp_path):
+    inner = CountingBackend()
+    cache = ResponseCache(tmp_path)
+    cached = CachedBackend(inner, cache)
+    cached.generate([request("a")])
+    (hit,) = cached.generate([request("a")])
+    assert hit.cached and hit.finish_reason == "stop"
+    req = request("old")
+    fields = cached.key_fields(req)
+    cache.path(cache_key(fields)).parent.mkdir(parents=True, exist_ok=True)
+    cache.path(cache_key(fields)).write_text(json.dumps({"fields": fields, "text": "x", "usage": {}, "latency_s": 0}))
+    (old,) = cached.generate([req])
+    assert old.cached and old.text == "x" and old.finish_reason is None
+
+
+def test_only_string_answers_are_ever_written(tmp_path):
+    cache = ResponseCache(tmp_path)
+    with pytest.raises(TypeError):
+        cache.put("ab" * 32, {}, None, {}, 0.0)  # type: ignore[arg-type]
+    assert len(cache) == 0
 
 
 def test_a_different_backend_option_misses(tmp_path):

@@ -9,7 +9,12 @@ import time
 import pytest
 
 from src.backends.base import ChatRequest
-from src.backends.openai_backend import MissingAPIKeyError, OpenAIBackend
+from src.backends.cache import CachedBackend, ResponseCache
+from src.backends.openai_backend import (
+    KeyHostMismatchError,
+    MissingAPIKeyError,
+    OpenAIBackend,
+)
 from tests.backends.fake_openai_server import FakeOpenAIServer
 
 KEY_ENV = "TEMPGEN_TEST_API_KEY"
@@ -151,7 +156,7 @@ def test_loopback_server_needs_no_key(monkeypatch, server):
 def test_api_key_never_leaks(server, make_backend, caplog):
     caplog.set_level(logging.DEBUG)
     # A provider that echoes the credential back in its error body.
-    server.inject("echo", status=401, times=None, body=f'{{"error": {{"message": "bad key {SECRET}"}}}}')
+    server.inject("echo", status=400, times=None, body=f'{{"error": {{"message": "bad key {SECRET}"}}}}')
     server.inject("retry", status=429, times=None, retry_after=0.01, body=f'{{"error": "{SECRET}"}}')
     backend = make_backend(max_retries=1)
     results = backend.generate([request("echo"), request("retry"), request("ok")])
@@ -162,6 +167,127 @@ def test_api_key_never_leaks(server, make_backend, caplog):
     assert all(SECRET not in text for text in texts)
     assert "***" in results[0].error  # the echoed key was redacted, not just absent
     assert server.authorizations[0] == f"Bearer {SECRET}"
+
+
+def test_partial_key_echoes_are_scrubbed(server, make_backend, caplog):
+    """Servers echo a key's last (or first) characters; no 4+ character piece may survive."""
+    caplog.set_level(logging.DEBUG)
+    body = f'{{"error": {{"message": "key ...{SECRET[-6:]} invalid, starts {SECRET[:5]}"}}}}'
+    server.inject("partial", status=400, times=None, body=body)
+    (result,) = make_backend().generate([request("partial")])
+    assert SECRET[-6:] not in result.error and SECRET[:5] not in result.error
+    assert SECRET[-6:] not in caplog.text and SECRET[:5] not in caplog.text
+
+
+@pytest.mark.parametrize("status", [401, 403])
+def test_auth_failure_names_the_variable_fails_at_once_and_hides_the_key(server, make_backend, caplog, status):
+    caplog.set_level(logging.DEBUG)
+    echo = f'{{"error": {{"message": "Invalid key sk-...{SECRET[-4:]}", "key": "{SECRET}"}}}}'
+    server.inject(None, status=status, times=None, body=echo)
+    results = make_backend(max_retries=4, max_concurrency=1).generate([request("a"), request("b")])
+    assert [r.text for r in results] == [None, None]
+    assert all(r.error.startswith(f"authentication failed: check {KEY_ENV}") for r in results)
+    assert "after retries" not in results[0].error and f"HTTP {status}" in results[0].error
+    assert server.request_count == 1  # no retry, and the second request is not sent to a rejecting server
+    for text in [caplog.text] + [r.error for r in results]:
+        assert SECRET[-4:] not in text and SECRET not in text
+
+
+MALFORMED_200 = {
+    "null content": '{"choices": [{"index": 0, "message": {"role": "assistant", "content": null}}]}',
+    "missing content": '{"choices": [{"index": 0, "message": {"role": "assistant"}}]}',
+    "missing message": '{"choices": [{"index": 0, "finish_reason": "stop"}]}',
+    "empty choices": '{"choices": []}',
+    "no choices": '{"id": "x"}',
+    "truncated JSON": '{"choices": [{"index": 0, "message": {"role": "assist',
+    "error object": '{"error": {"message": "upstream overloaded", "code": 502}, "choices": []}',
+    "error beside choices": '{"error": {"message": "moderation"}, "choices": [{"message": {"content": "x"}}]}',
+    "non-string content": '{"choices": [{"message": {"content": ["x"]}}]}',
+    "JSON array body": '[1, 2]',
+}
+
+
+@pytest.mark.parametrize("kind", sorted(MALFORMED_200))
+def test_malformed_200_is_retried_like_a_5xx(server, make_backend, kind):
+    server.inject("odd", status=200, times=2, body=MALFORMED_200[kind])
+    (result,) = make_backend().generate([request("odd")])
+    assert result.text == '["odd"]' and result.error is None
+    assert server.requests_matching("odd") == 3
+
+
+def test_html_200_is_retried(server, make_backend):
+    server.inject("html", status=200, times=1, body="<html><body>Bad gateway</body></html>", content_type="text/html")
+    (result,) = make_backend().generate([request("html")])
+    assert result.text == '["html"]' and server.requests_matching("html") == 2
+
+
+@pytest.mark.parametrize("kind, cause", [("null content", "null content"), ("missing message", "without message"),
+                                         ("truncated JSON", "not valid JSON"), ("error object", "upstream overloaded"),
+                                         ("empty choices", "without choices")])
+def test_a_200_that_never_answers_ends_as_a_failure_naming_the_cause(tmp_path, server, make_backend, kind, cause):
+    server.inject("odd", status=200, times=None, body=MALFORMED_200[kind])
+    cache = ResponseCache(tmp_path)
+    (result,) = CachedBackend(make_backend(max_retries=2), cache).generate([request("odd")])
+    assert result.text is None and not result.ok
+    assert "gave up after 3 attempts" in result.error and cause in result.error, result.error
+    assert "AttributeError" not in result.error
+    assert server.requests_matching("odd") == 3
+    assert len(cache) == 0  # nothing cached, so the next run asks again
+
+
+def test_empty_string_content_is_a_real_answer(server, make_backend):
+    server.inject("blank", status=200, times=None, body='{"choices": [{"message": {"content": ""}, "finish_reason": "stop"}]}')
+    (result,) = make_backend().generate([request("blank")])
+    assert result.text == "" and result.ok and server.requests_matching("blank") == 1
+
+
+def test_finish_reason_is_reported_and_survives_the_cache(tmp_path, server, make_backend):
+    cut = '{"choices": [{"message": {"content": "[\\"Fri"}, "finish_reason": "length"}]}'
+    server.inject("long", status=200, times=None, body=cut)
+    cached = CachedBackend(make_backend(), ResponseCache(tmp_path))
+    first = cached.generate([request("long"), request("short")])
+    assert [r.finish_reason for r in first] == ["length", "stop"]
+    again = cached.generate([request("long"), request("short")])
+    assert all(r.cached for r in again) and [r.finish_reason for r in again] == ["length", "stop"]
+    assert again[0].text == '["Fri'
+
+
+def test_provider_key_goes_only_to_its_provider(monkeypatch, server):
+    """OPENROUTER_API_KEY / OPENAI_API_KEY never leave for another host; loopback gets the placeholder."""
+    monkeypatch.setenv("OPENROUTER_API_KEY", SECRET)
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET + "-openai")
+    for variable in ("OPENROUTER_API_KEY", "OPENAI_API_KEY"):
+        backend = OpenAIBackend(model_id="m", base_url=server.base_url, api_key_env=variable)
+        assert backend.generate([request(variable)])[0].text == f'["{variable}"]'
+    assert server.authorizations == ["Bearer EMPTY", "Bearer EMPTY"]
+    for url in ("https://example.com/v1", "https://openrouter.ai.example.com/v1", "https://evilopenrouter.ai/v1",
+                "http://10.0.0.5:8000/v1"):
+        with pytest.raises(KeyHostMismatchError, match="OPENROUTER_API_KEY.*openrouter.ai.*api_key_env"):
+            OpenAIBackend(model_id="m", base_url=url, api_key_env="OPENROUTER_API_KEY")
+    with pytest.raises(KeyHostMismatchError, match="OPENAI_API_KEY"):
+        OpenAIBackend(model_id="m", base_url="https://openrouter.ai/api/v1", api_key_env="OPENAI_API_KEY")
+    OpenAIBackend(model_id="m", base_url="https://openrouter.ai/api/v1", api_key_env="OPENROUTER_API_KEY")
+    OpenAIBackend(model_id="m", base_url="https://api.openai.com/v1", api_key_env="OPENAI_API_KEY")
+    OpenAIBackend(model_id="m", base_url="https://example.com/v1", api_key_env="TEMPGEN_ABSENT_KEY_OK", require_api_key=False)
+
+
+def test_a_key_variable_of_its_own_is_sent_to_any_host(monkeypatch, server):
+    """Naming another variable (a vLLM started with --api-key) is the explicit opt-in."""
+    monkeypatch.setenv("OPENROUTER_API_KEY", SECRET)
+    monkeypatch.setenv("TEMPGEN_VLLM_KEY", "vllm-local-key")
+    backend = OpenAIBackend(model_id="m", base_url=server.base_url, api_key_env="TEMPGEN_VLLM_KEY")
+    backend.generate([request("own key")])
+    assert server.authorizations == ["Bearer vllm-local-key"]
+
+
+def test_every_loopback_spelling_counts_as_loopback(monkeypatch, server):
+    monkeypatch.setenv("OPENROUTER_API_KEY", SECRET)
+    port = server.base_url.rsplit(":", 1)[1]
+    backend = OpenAIBackend(model_id="m", base_url=f"http://127.0.0.1:{port}", api_key_env="OPENROUTER_API_KEY")
+    backend.generate([request("dotted")])
+    for host in ("127.0.0.2", "[::1]", "LOCALHOST", "localhost."):
+        OpenAIBackend(model_id="m", base_url=f"http://{host}:1/v1", api_key_env="OPENROUTER_API_KEY")
+    assert server.authorizations == ["Bearer EMPTY"]
 
 
 def test_rejects_bad_options(make_backend):

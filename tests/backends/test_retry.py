@@ -7,7 +7,12 @@ import random
 
 import pytest
 
-from src.backends.retry import RetryPolicy, is_retryable_status, parse_retry_after
+from src.backends.retry import (
+    RetryPolicy,
+    is_auth_status,
+    is_retryable_status,
+    parse_retry_after,
+)
 
 
 @pytest.mark.parametrize("status, retryable", [(408, True), (429, True), (500, True), (502, True), (503, True),
@@ -15,6 +20,12 @@ from src.backends.retry import RetryPolicy, is_retryable_status, parse_retry_aft
                                                (404, False), (422, False)])
 def test_retryable_statuses(status, retryable):
     assert is_retryable_status(status) is retryable
+
+
+@pytest.mark.parametrize("status, auth", [(401, True), (403, True), (400, False), (407, False), (429, False)])
+def test_auth_statuses_are_recognised_and_never_retried(status, auth):
+    assert is_auth_status(status) is auth
+    assert not (auth and is_retryable_status(status))
 
 
 def test_full_jitter_stays_under_the_exponential_cap():

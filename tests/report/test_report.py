@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
-from src.analyze import analysis_summary, main, run_analysis, write_outputs
+from src.analyze import main, write_outputs
+from src.report.analysis import analysis_summary, run_analysis
 from src.report.loading import build_study
 from src.report.writer import run_link
 from tests.report.test_loading import EXPERIMENT, shared_store
@@ -26,14 +27,14 @@ def store(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def report_dir(store, tmp_path_factory):
-    uri, _ = store
     out = tmp_path_factory.mktemp("reports")
     stats = out / "stats.json"
     stats.write_text(json.dumps({
         task: {name: {"spans": 50, "top_gold": [[f"{name}-{task}-{k}", 10 - k] for k in range(5)]}
                for name in ("base", "t2c")} for task in ("timex", "eventx")
     }))
-    code = main(["--experiment", EXPERIMENT, "--tracking-uri", uri, "--out", str(out), "--resamples", "200",
+    code = main(["--experiment", EXPERIMENT, "--tracking-uri", store.uri, "--summaries", str(store.summaries),
+                 "--out", str(out), "--resamples", "200",
                  "--seed", "3", "--stats-json", str(stats)])
     assert code == 0
     return out
@@ -53,14 +54,15 @@ def test_every_output_file_is_written(report_dir):
             assert (report_dir / "figures" / f"{name}{suffix}").stat().st_size > 1000
     assert (report_dir / "tables" / "pairwise.csv").exists()
     for name in ("results_timex", "results_eventx", "results_comp", "finetuned", "rq1_transfer", "rq2_all_rho",
-                 "rq3_strategy_pairs", "rq3_dense_vs_moe", "rq3_size_curves", "error_types", "configurations"):
+                 "rq3_strategy_pairs", "rq3_dense_vs_moe", "rq3_size_curves", "error_types", "configurations",
+                 "provenance", "comparisons"):
         assert (report_dir / "tables" / f"{name}.csv").exists() and (report_dir / "tables" / f"{name}.md").exists()
     html = (report_dir / "report.html").read_text()
     assert "<table>" in html and 'src="figures/rq1_transfer.png"' in html
 
 
 def test_report_numbers_equal_the_mlflow_metrics(store, report_dir):
-    uri, ids = store
+    uri, ids, _ = store
     client = MlflowClient(uri)
     report = (report_dir / "report.md").read_text()
     timex = report[report.index("### timex"):report.index("### eventx")]
@@ -80,7 +82,7 @@ def test_report_numbers_equal_the_mlflow_metrics(store, report_dir):
 
 
 def test_finetuned_models_have_their_own_table(store, report_dir):
-    uri, ids = store
+    uri, ids, _ = store
     metrics = MlflowClient(uri).get_run(ids["bert-finetuned"]).data.metrics
     report = (report_dir / "report.md").read_text()
     table = report[report.index("### Fine-tuned models (Table 10)"):report.index("Per-dataset details")]
@@ -90,6 +92,7 @@ def test_finetuned_models_have_their_own_table(store, report_dir):
     assert "bert-finetuned" not in report[report.index("### timex"):report.index("### Fine-tuned")]
     pairwise = pd.read_csv(report_dir / "tables" / "pairwise.csv")
     assert not pairwise[["config_a", "config_b"]].isin(["bert-finetuned"]).any().any()
+    assert "Needs at least two fine-tuned models scored on one dataset; here: 1." in report
 
 
 def test_summary_sentences_state_computed_values(report_dir):
@@ -163,9 +166,77 @@ def test_run_links_point_into_the_mlflow_ui_only_for_a_server():
     assert run_link("sqlite:///mlruns/mlflow.db", "3", "abc") == "`abc`"
 
 
+def test_provenance_section_names_every_run_commit_and_data_version(store, report_dir):
+    report = (report_dir / "report.md").read_text()
+    section = report[report.index("## Provenance"):report.index("## Configurations")]
+    for config, run_id in store.ids.items():
+        assert f"| {config} | " in section and f"`{run_id}`" in section
+    assert "runs/large-I.json" in section and "`raw:test/datasets:test`" in section and "`abc123`" in section
+    assert "Uncommitted changes" not in section
+    summary = json.loads((report_dir / "analysis.json").read_text())
+    assert summary["provenance"]["large-I"]["run_id"] == store.ids["large-I"] and summary["dirty_commits"] == []
+    provenance = pd.read_csv(report_dir / "tables" / "provenance.csv", index_col=0)
+    assert provenance.loc["bert-finetuned", "summary"] == "finetuned/bert-finetuned.json"
+
+
+def pairs_study():
+    """Prompted m-I and m-D on 400 instances, m-A on 5 of them; fine-tuned ft1 and ft2 on all 400."""
+    rng = np.random.default_rng(1)
+    ids = [f"i{k}" for k in range(400)]
+    few = ids[::80]
+    runs, metrics, artifacts = [], {}, {}
+    quality = {"m-I": 0.7, "m-D": 0.4, "m-A": 0.5, "ft1-finetuned": 0.9, "ft2-finetuned": 0.3}
+    for n, (config, rate) in enumerate(quality.items()):
+        model, strategy = config.rsplit("-", 1)
+        kind = "finetuned" if strategy == "finetuned" else "prompted"
+        runs.append({"config": config, "run_id": f"run{n}", "start_time": n, "model": model, "strategy": strategy,
+                     "kind": kind, "family": model, "architecture": "dense", "params_total_b": 1.0,
+                     "params_active_b": 1.0, "inductive_plus": "I" in strategy, "size_series": None,
+                     "git_commit": "c0ffee", "data_version": "raw:x/datasets:y", "seed": 13, "summary": f"{config}.json"})
+        metrics[config], artifacts[config] = {}, {}
+        own = few if config == "m-A" else ids
+        for task, dataset in (("timex", "base"), ("timex", "t2c")):
+            stats = np.column_stack([rng.binomial(1, rate, len(own)), np.ones(len(own)), np.ones(len(own))])
+            metrics[config][f"{task}.{dataset}.f1"] = float(stats[:, 0].mean())
+            artifacts[config][task, dataset] = {"ids": list(own), "stats": {"lcs": stats.tolist()}}
+    return build_study(runs, metrics, artifacts, "sqlite:///x.db", "tempgen", "1")
+
+
+def test_each_pair_uses_the_instances_both_were_scored_on_and_the_report_says_so(tmp_path):
+    analysis = run_analysis(pairs_study(), resamples=200, seed=0)
+    written = write_outputs(analysis, tmp_path / "first")
+    summary = json.loads(written["summary"].read_text())
+    for key in ("timex/base", "timex/t2c"):
+        entry = summary["significant_pairs"][key]
+        assert entry["pairs"] == 3
+        assert entry["comparisons"] == [{"instances": 400, "pairs": 1}, {"instances": 5, "pairs": 2}]
+        finetuned = summary["finetuned_pairs"][key]
+        assert finetuned["comparisons"] == [{"instances": 400, "pairs": 1}]
+        assert [(t["a"], t["b"], t["instances"], t["outcome"]) for t in finetuned["tests"]] == [
+            ("ft1-finetuned", "ft2-finetuned", 400, "better")]
+    pairwise = pd.read_csv(tmp_path / "first" / "tables" / "pairwise.csv")
+    base = pairwise[pairwise["dataset"] == "timex/base"].set_index(["config_a", "config_b"])["instances"].to_dict()
+    assert base == {("m-I", "m-D"): 400, ("m-I", "m-A"): 5, ("m-D", "m-A"): 5}
+    report = written["report"].read_text()
+    assert ("- **prompted** (6 tests): pairs compared on different numbers of instances on timex/base: "
+            "1 pair(s) on 400, 2 pair(s) on 5; timex/t2c: 1 pair(s) on 400, 2 pair(s) on 5.") in report
+    assert "- **fine-tuned** (2 tests): every pair compared on the same instances on timex/base (400), timex/t2c (400)." in report
+    assert "| prompted | timex/base | 400 | 1 |" in report and "| prompted | timex/base | 5 | 2 |" in report
+    section = report[report.index("### Fine-tuned models compared (Figure 11)"):]
+    assert "| timex/base | ft1-finetuned | ft2-finetuned | 400 |" in section
+    comparisons = pd.read_csv(tmp_path / "first" / "tables" / "comparisons.csv")
+    assert comparisons[comparisons["family"] == "fine-tuned"]["instances"].tolist() == [400, 400]
+    # the same inputs give byte-identical analysis.json and tables
+    again = write_outputs(run_analysis(pairs_study(), resamples=200, seed=0), tmp_path / "second")
+    assert again["summary"].read_bytes() == written["summary"].read_bytes()
+    assert again["report"].read_bytes() == written["report"].read_bytes()
+    for table in sorted((tmp_path / "first" / "tables").iterdir()):
+        assert (tmp_path / "second" / "tables" / table.name).read_bytes() == table.read_bytes(), table.name
+
+
 def test_cli_errors_are_clear_and_exit_2(store, capsys):
-    uri, _ = store
-    assert main(["--experiment", "missing", "--tracking-uri", uri]) == 2
+    uri = store.uri
+    assert main(["--experiment", "missing", "--tracking-uri", uri, "--summaries", str(store.summaries)]) == 2
     assert "no MLflow experiment named 'missing'" in capsys.readouterr().err
     assert main(["--experiment", EXPERIMENT, "--tracking-uri", uri, "--alpha", "0.7"]) == 2
     assert "--alpha must be in (0, 0.5)" in capsys.readouterr().err

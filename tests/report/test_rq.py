@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import numpy as np
 import pandas as pd
 import pytest
 
-from src.analyze import load_dimensions, strategy_groups
 from src.report import rq
+from src.report.analysis import load_dimensions, strategy_groups
+from src.report.loading import DatasetStats
+from src.scoring.stats import all_pairs_bootstrap, paired_bootstrap, resample_counts
 
 N = 200
 
@@ -24,8 +24,11 @@ def noisy_stats(mean: float, seed: int, n: int = N) -> np.ndarray:
     return np.column_stack([np.clip(rng.normal(mean, 0.6, n), 0, 2), np.full(n, 2.0), np.full(n, 2.0)])
 
 
-def stacked(configs, arrays):
-    return SimpleNamespace(configs=list(configs), stats=np.stack(arrays))
+def stacked(configs, arrays, ids=None):
+    """A dataset where each configuration has its array's instances (ids ``i0``... unless given)."""
+    ids = ids or [[f"i{k}" for k in range(len(array))] for array in arrays]
+    return DatasetStats("timex", "base", list(configs), {c: list(i) for c, i in zip(configs, ids)},
+                        {c: np.asarray(a, dtype=np.float64) for c, a in zip(configs, arrays)})
 
 
 def runs_table(rows):
@@ -72,17 +75,57 @@ def test_pairwise_tests_are_seeded_and_report_observed_f1():
     data = {"timex/base": stacked(["a", "b"], [noisy_stats(1.2, 0), noisy_stats(1.0, 1)])}
     first = rq.pairwise_tests(data, resamples=200, seed=5)["timex/base"]
     again = rq.pairwise_tests(data, resamples=200, seed=5)["timex/base"]
-    other = rq.pairwise_tests(data, resamples=200, seed=6)["timex/base"]
     np.testing.assert_array_equal(first.p_value, again.p_value)
-    assert not np.array_equal(first.f1_ci, other.f1_ci)
-    stats = data["timex/base"].stats
-    np.testing.assert_allclose(first.f1, stats[:, :, 0].sum(1) * 2 / (stats[:, :, 1].sum(1) + stats[:, :, 2].sum(1)))
+    close = {"timex/base": stacked(["a", "b"], [noisy_stats(1.0, 0), noisy_stats(1.0, 1)])}
+    p_values = {seed: rq.pairwise_tests(close, resamples=200, seed=seed)["timex/base"].p_value[0, 1] for seed in (5, 6)}
+    assert p_values[5] != p_values[6]
+    stats = data["timex/base"].stacked(["a", "b"], [f"i{k}" for k in range(N)])
+    f1 = stats[:, :, 0].sum(1) * 2 / (stats[:, :, 1].sum(1) + stats[:, :, 2].sum(1))
+    np.testing.assert_allclose(np.diag(first.f1), f1)
+    np.testing.assert_allclose([first.f1[0, 1], first.f1[1, 0]], f1)
     np.testing.assert_allclose(first.p_value + first.p_value.T, 1.0)
+    assert first.instances.tolist() == [[N, N], [N, N]] and first.pairs == 1
+
+
+def test_pairs_are_compared_on_the_instances_both_share():
+    """Two configurations on 400 instances, a third on 5 of them: 400 for the first pair, 5 for the others."""
+    ids = [f"i{k}" for k in range(400)]
+    few = ids[10:15]
+    arrays = [noisy_stats(1.2, 0, 400), noisy_stats(1.0, 1, 400), noisy_stats(0.8, 2, 5)]
+    data = stacked(["a", "b", "c"], arrays, [ids, ids, few])
+    sets = rq.comparison_sets([data.ids[c] for c in data.configs])
+    assert [(len(s.ids), s.configs, s.pairs) for s in sets] == [(400, [0, 1], [(0, 1)]), (5, [0, 1, 2], [(0, 2), (1, 2)])]
+    test = rq.pairwise_tests({"timex/base": data}, resamples=300, seed=4)["timex/base"]
+    assert test.instances.tolist() == [[400, 400, 5], [400, 400, 5], [5, 5, 5]]
+    assert test.instance_counts() == [(400, 1), (5, 2)]
+    # each set is one vectorised test on its own seeded resamples, equal to testing one pair at a time
+    counts = resample_counts(400, 300, rq.dataset_seed(4, "timex/base", tuple(sorted(ids))))
+    single = paired_bootstrap(data.stats["a"][np.argsort(ids)], data.stats["b"][np.argsort(ids)], counts=counts)
+    assert test.p_value[0, 1] == pytest.approx(single.p_value)
+    on_few = data.stacked(["a", "b", "c"], sorted(few))
+    counts = resample_counts(5, 300, rq.dataset_seed(4, "timex/base", tuple(sorted(few))))
+    expected = all_pairs_bootstrap(on_few, counts)
+    assert test.p_value[0, 2] == pytest.approx(expected.p_value[0, 2])
+    assert test.p_value[2, 1] == pytest.approx(expected.p_value[2, 1])
+    assert test.f1[0, 2] == pytest.approx(expected.f1[0]) and test.f1[0, 1] != pytest.approx(expected.f1[0])
+
+
+def test_pairs_that_share_no_instance_are_untested_and_outside_the_family():
+    data = stacked(["a", "b", "c"], [constant_stats(2.0, 20), constant_stats(0.0, 20), constant_stats(1.0, 4)],
+                   [[f"i{k}" for k in range(20)]] * 2 + [["other0", "other1", "other2", "other3"]])
+    tests = rq.pairwise_tests({"timex/base": data}, resamples=200, seed=0)
+    test = tests["timex/base"]
+    assert test.pairs == 1 and test.instance_counts() == [(20, 1), (0, 2)]
+    assert np.isnan(test.p_value[0, 2]) and np.isnan(test.p_value[2, 1])
+    adjusted = rq.directional_adjusted(tests, "holm")["timex/base"]
+    assert adjusted[0, 1] == pytest.approx(test.p_value[0, 1]) and np.isnan(adjusted[0, 2])  # a family of one test
+    table = rq.outcome_tables(tests, 0.05, "holm")["none"]["timex/base"]
+    assert table.loc["a", "b"] == "better" and table.loc["a", "c"] == rq.UNTESTED and table.loc["c", "c"] == "equal"
 
 
 def fixed_tests(p_matrices):
     return {
-        key: rq.PairwiseTests(key, ["x", "y"], np.zeros(2), np.array(p, dtype=float), np.zeros((2, 2)), 10)
+        key: rq.PairwiseTests(key, ["x", "y"], np.zeros((2, 2)), np.array(p, dtype=float), np.full((2, 2), 10))
         for key, p in p_matrices.items()
     }
 
@@ -225,7 +268,7 @@ def test_score_table_orders_datasets_as_the_study():
     assert list(table.index) == ["b", "a"] and np.isnan(table.loc["b", "timex/len"])
 
 
-def test_dimensions_come_from_the_hydra_dimension_group():
+def test_dimensions_come_from_the_study_vocabulary():
     dimensions = load_dimensions()
     assert dimensions["robustness"] == ["timex/adv", "timex/adv_p", "eventx/adv", "eventx/adv_p"]
     assert dimensions["compositional"] == ["comp/base"]

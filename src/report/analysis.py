@@ -1,0 +1,289 @@
+"""The study's analysis as computation: a loaded :class:`~src.report.loading.Study` -> :class:`Analysis`.
+
+Runs every pairwise paired bootstrap test (each pair on the instances both configurations
+were scored on), answers RQ1-RQ3 with the raw p < alpha beside a multiple-comparison
+correction, compares the fine-tuned models with each other (their own correction family),
+and records which run, commit and data version every configuration's numbers came from.
+Nothing here writes a file: ``src.analyze`` (the entry point) loads, calls and writes;
+``figures`` and ``writer`` draw from the returned :class:`Analysis`.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from src import study as vocabulary
+from src.report import rq
+from src.report.loading import Study
+from src.report.provenance import is_dirty
+
+#: The two multiple-comparison families: RQ1-RQ3 over prompted configurations, and fine-tuned models among themselves.
+PROMPTED, FINETUNED = "prompted", "fine-tuned"
+
+
+@dataclass
+class Analysis:
+    """Every computed result the figures and the report draw from."""
+
+    study: Study
+    resamples: int
+    seed: int
+    alpha: float
+    correction: str
+    dimensions: dict[str, list[str]]
+    groups: dict[str, list[str]]
+    f1: pd.DataFrame
+    prompted: rq.ComparisonFamily
+    finetuned: rq.ComparisonFamily
+    rq1: pd.DataFrame
+    rq2: dict[str, rq.Correlation]
+    strategy_pairs: pd.DataFrame
+    dense_vs_moe: pd.DataFrame
+    dense_vs_moe_reason: str | None
+    series: dict[str, list[str]]
+    size_curves: pd.DataFrame
+    size_trend: pd.DataFrame
+    errors: pd.DataFrame
+    provenance: pd.DataFrame
+    top_gold: dict[str, dict] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def corrections(self) -> tuple[str, str]:
+        return ("none", self.correction)
+
+    @property
+    def tests(self) -> dict[str, rq.PairwiseTests]:
+        """The prompted configurations' tests (RQ1-RQ3)."""
+        return self.prompted.tests
+
+    @property
+    def p_adjusted(self) -> dict[str, np.ndarray]:
+        return self.prompted.p_adjusted
+
+    @property
+    def outcomes(self) -> dict[str, dict[str, pd.DataFrame]]:
+        return self.prompted.outcomes
+
+    @property
+    def families(self) -> tuple[rq.ComparisonFamily, rq.ComparisonFamily]:
+        return (self.prompted, self.finetuned)
+
+
+def load_dimensions() -> dict[str, list[str]]:
+    """Generalization dimension -> ``task/dataset`` keys, from the study vocabulary (``src.study``)."""
+    return {dimension: list(keys) for dimension, keys in vocabulary.dimension_keys().items()}
+
+
+def strategy_groups(runs: pd.DataFrame) -> dict[str, list[str]]:
+    """Prompted configurations: all, inductive+ and non-inductive, by the study's strategy groups.
+
+    A strategy outside the study's vocabulary belongs to ``all`` only.
+    """
+    prompted = runs[runs["kind"] == "prompted"]
+    groups = vocabulary.strategy_groups()
+    return {
+        "all": list(prompted.index),
+        "inductive+": list(prompted.index[prompted["strategy"].isin(groups["inductive+"])]),
+        "non-inductive": list(prompted.index[prompted["strategy"].isin(groups["non-inductive"])]),
+    }
+
+
+def provenance_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """Configuration -> the summary file, run id, git commit (dirty or not) and data version its numbers came from."""
+    table = pd.DataFrame({
+        "summary": runs["summary"] if "summary" in runs.columns else None,
+        "run_id": runs["run_id"],
+        "git_commit": runs["git_commit"],
+        "dirty": [is_dirty(c) for c in runs["git_commit"]],
+        "data_version": runs["data_version"],
+    }, index=runs.index)
+    table.index.name = "configuration"
+    return table
+
+
+def run_analysis(
+    study: Study,
+    resamples: int = 1000,
+    seed: int = 0,
+    alpha: float = 0.05,
+    correction: str = "holm",
+    dimensions: dict[str, list[str]] | None = None,
+) -> Analysis:
+    """Compute RQ1-RQ3 and the fine-tuned comparisons from a loaded study (no file is written)."""
+    if correction not in rq.CORRECTIONS:
+        raise ValueError(f"unknown correction {correction!r}; choose one of {sorted(rq.CORRECTIONS)}")
+    timings = {}
+    started = time.perf_counter()
+    dimensions = dimensions if dimensions is not None else load_dimensions()
+    groups = strategy_groups(study.runs)
+    prompted = set(groups["all"])
+    family = rq.comparison_family(PROMPTED, study.datasets, groups["all"], resamples, seed, alpha, correction)
+    finetuned_configs = [c for c in study.runs.index if study.runs.loc[c, "kind"] == "finetuned"]
+    finetuned = rq.comparison_family(FINETUNED, study.datasets, finetuned_configs, resamples, seed, alpha, correction)
+    timings["pairwise_tests_s"] = time.perf_counter() - started
+    outcomes = family.outcomes
+    f1 = rq.score_table(study.scores, groups["all"])
+    links = rq.reference_links(list(outcomes["none"]))
+    rq1 = pd.concat(
+        [rq.rq1_transfer(outcomes[c], links, groups).assign(correction=c) for c in ("none", correction)],
+        ignore_index=True,
+    )
+    strategy_pairs = pd.concat(
+        [rq.rq3_strategy_pairs(outcomes[c], study.runs, dimensions).assign(correction=c) for c in ("none", correction)],
+        ignore_index=True,
+    )
+    moe_tables, reason = [], None
+    for c in ("none", correction):
+        table, reason = rq.rq3_dense_vs_moe(outcomes[c], study.runs, dimensions)
+        moe_tables.append(table.assign(correction=c) if not table.empty else table)
+    series = rq.size_series(study.runs)
+    curves, trend = rq.size_curves(f1, study.runs, series)
+    correlations = rq.rq2_correlations(f1, groups, correction)
+    errors = rq.error_breakdown(study.scores[study.scores["config"].isin(prompted)])
+    timings["analysis_s"] = time.perf_counter() - started
+    return Analysis(
+        study=study, resamples=resamples, seed=seed, alpha=alpha, correction=correction,
+        dimensions=dimensions, groups=groups, f1=f1, prompted=family, finetuned=finetuned, rq1=rq1,
+        rq2=correlations, strategy_pairs=strategy_pairs,
+        dense_vs_moe=pd.concat(moe_tables, ignore_index=True), dense_vs_moe_reason=reason,
+        series=series, size_curves=curves, size_trend=trend, errors=errors,
+        provenance=provenance_table(study.runs), timings=timings,
+    )
+
+
+def instance_table(analysis: Analysis) -> pd.DataFrame:
+    """How many instances each comparison used: one row per (family, dataset, instance count) with its pairs.
+
+    ``instances = 0`` rows count pairs that share no instance (untested).
+    """
+    rows = []
+    for family in analysis.families:
+        for key, test in family.tests.items():
+            for n, pairs in test.instance_counts():
+                rows.append({"family": family.name, "dataset": key, "instances": n, "pairs": pairs})
+    return pd.DataFrame(rows, columns=["family", "dataset", "instances", "pairs"])
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if value is pd.NA:
+        return None
+    if hasattr(value, "item"):
+        return _clean(value.item())
+    return value
+
+
+def _outcome_block(row: dict) -> dict:
+    return {"pairs": int(row["pairs"]), **{o: row[o] for o in ("better", "equal", "worse")}}
+
+
+def _family_summary(analysis: Analysis, family: rq.ComparisonFamily) -> dict:
+    out = {}
+    for key, test in family.tests.items():
+        entry = {
+            "pairs": test.pairs,
+            "comparisons": [{"instances": n, "pairs": pairs} for n, pairs in test.instance_counts()],
+        }
+        for c in analysis.corrections:
+            table = family.outcomes[c][key].to_numpy()
+            entry[f"significant_{c}"] = int((table == "better").sum())
+        out[key] = entry
+    return out
+
+
+def finetuned_pairs(analysis: Analysis) -> pd.DataFrame:
+    """Fine-tuned model a vs b on each dataset (the study's Figure 11): n, F1s, delta, p-values, outcomes."""
+    return pairwise_long(analysis.finetuned, analysis.correction)
+
+
+def pairwise_long(family: rq.ComparisonFamily, correction: str) -> pd.DataFrame:
+    """Every tested pair of a family: instances, F1s on them, delta, raw and adjusted p (a over b), outcomes."""
+    frames = []
+    for key, test in family.tests.items():
+        i, j = np.triu_indices(len(test.configs), 1)
+        keep = test.tested[i, j]
+        i, j = i[keep], j[keep]
+        configs = np.asarray(test.configs, dtype=object)
+        raw = family.outcomes["none"][key].to_numpy()
+        corrected = family.outcomes[correction][key].to_numpy()
+        adjusted = family.p_adjusted[key]
+        frames.append(pd.DataFrame({
+            "dataset": key, "config_a": configs[i], "config_b": configs[j], "instances": test.instances[i, j],
+            "f1_a": test.f1[i, j], "f1_b": test.f1[j, i], "delta": test.f1[i, j] - test.f1[j, i],
+            "p_a_better": test.p_value[i, j], "p_b_better": test.p_value[j, i],
+            f"p_{correction}_a_better": adjusted[i, j], f"p_{correction}_b_better": adjusted[j, i],
+            "outcome": raw[i, j], f"outcome_{correction}": corrected[i, j],
+        }))
+    columns = ["dataset", "config_a", "config_b", "instances", "f1_a", "f1_b", "delta", "p_a_better", "p_b_better",
+               f"p_{correction}_a_better", f"p_{correction}_b_better", "outcome", f"outcome_{correction}"]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
+
+
+def analysis_summary(analysis: Analysis) -> dict:
+    """The headline numbers as JSON (DVC metrics), with each configuration's provenance; NaN becomes null."""
+    study = analysis.study
+    rq1 = {}
+    for row in analysis.rq1.itertuples(index=False):
+        block = rq1.setdefault(row.correction, {}).setdefault(row.group, {})
+        block[row.target if row.target == "all" else f"{row.reference}->{row.target}"] = _outcome_block(row._asdict())
+    rq2 = {}
+    for group, corr in analysis.rq2.items():
+        rq2[group] = {"configs": len(corr.configs), "mean_rho": rq.mean_off_diagonal(corr.rho), "reason": corr.reason}
+    pairs = analysis.strategy_pairs
+    strategy = {}
+    for row in pairs[pairs["dimension"] == "all"].itertuples(index=False):
+        strategy.setdefault(row.correction, {})[f"{row.strategy_a} vs {row.strategy_b}"] = _outcome_block(row._asdict())
+    moe = {}
+    if not analysis.dense_vs_moe.empty:
+        for row in analysis.dense_vs_moe[analysis.dense_vs_moe["dimension"] == "all"].itertuples(index=False):
+            moe.setdefault(row.correction, {})[row.family] = _outcome_block(row._asdict())
+    errors = {
+        row.dataset: {n: getattr(row, f"share_{n}") for n in ("missing", "spurious", "boundary")}
+        for row in analysis.errors.itertuples(index=False)
+    }
+    finetuned = _family_summary(analysis, analysis.finetuned)
+    c = analysis.correction
+    for row in finetuned_pairs(analysis).itertuples(index=False):
+        finetuned[row.dataset].setdefault("tests", []).append({
+            "a": row.config_a, "b": row.config_b, "instances": row.instances, "f1_a": row.f1_a, "f1_b": row.f1_b,
+            "delta": row.delta, "p_a_better": row.p_a_better, "p_b_better": row.p_b_better,
+            "outcome": row.outcome, f"outcome_{c}": getattr(row, f"outcome_{c}"),
+        })
+    provenance = {
+        config: {"summary": row.summary, "run_id": row.run_id, "git_commit": row.git_commit, "dirty": bool(row.dirty),
+                 "data_version": row.data_version}
+        for config, row in zip(analysis.provenance.index, analysis.provenance.itertuples(index=False))
+    }
+    return _clean({
+        "experiment": study.experiment_name,
+        "configurations": len(study.runs),
+        "prompted": len(analysis.groups["all"]),
+        "finetuned": len(analysis.finetuned.configs),
+        "datasets": list(analysis.tests),
+        "resamples": analysis.resamples,
+        "seed": analysis.seed,
+        "alpha": analysis.alpha,
+        "correction": analysis.correction,
+        "significant_pairs": _family_summary(analysis, analysis.prompted),
+        "finetuned_pairs": finetuned,
+        "rq1": rq1,
+        "rq2": rq2,
+        "rq3": {"strategy_pairs": strategy, "dense_vs_moe": moe or analysis.dense_vs_moe_reason,
+                "size_series": analysis.series},
+        "errors": errors,
+        "provenance": provenance,
+        "dirty_commits": [config for config, dirty in analysis.provenance["dirty"].items() if dirty],
+    })
+

@@ -1,0 +1,216 @@
+"""Which runs the analysis reads: exactly the ones the pipeline's summary files name.
+
+Every configuration stage of the pipeline (``src.run``, ``src.finetune.evaluate``) writes a
+small summary JSON (``summaries/**/*.json``) holding at least the ``run_id`` of the MLflow
+run it logged. The analysis fetches those runs by id and nothing else, so a run logged by
+hand, an old profile's run or a failed retry never reaches a report. Anything that would
+make the binding ambiguous stops the analysis with a one-line error naming the summary
+file: a run that is missing, not FINISHED, deleted, from another experiment or not a
+configuration run; two summaries naming the same run or configuration; or runs that
+disagree on the data version (see :func:`check_data_versions`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+KINDS = ("prompted", "finetuned")  # the ``kind`` tag of configuration runs (src.run, src.finetune.evaluate)
+DIRTY_SUFFIX = "-dirty"
+
+
+@dataclass(frozen=True)
+class Summary:
+    """One pipeline summary file.
+
+    Attributes:
+        path: the file as found.
+        name: its path relative to the summaries folder (POSIX), as reports show it.
+        run_id: the MLflow run it names.
+        model, strategy, run_name: what the summary says the run is (checked against the run).
+        complete: ``False`` when the stage recorded unscored datasets.
+    """
+
+    path: Path
+    name: str
+    run_id: str
+    model: str | None = None
+    strategy: str | None = None
+    complete: bool | None = None
+    run_name: str | None = None
+
+
+def read_summaries(directory: Path, expected: Sequence[str] | None = None) -> list[Summary]:
+    """Every ``**/*.json`` under ``directory`` (sorted by path), each naming a distinct run.
+
+    ``expected`` (paths relative to ``directory``) restricts the analysis to exactly those
+    summaries, e.g. the configurations of the active sweep, so that a summary left behind by
+    another profile never enters the report; each must exist.
+
+    Raises:
+        ValueError: the folder is missing or empty, a file is not a summary, or two files name one run.
+    """
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise ValueError(f"summaries folder {directory} does not exist (run the pipeline first, or pass --summaries DIR)")
+    if expected is not None:
+        files = sorted(directory / name for name in expected)
+        absent = [str(path) for path in files if not path.is_file()]
+        if absent:
+            raise ValueError(f"summary file(s) of the sweep not found: {', '.join(absent)} (run `dvc repro`)")
+    else:
+        files = sorted(path for path in directory.glob("**/*.json") if path.is_file())
+    if not files:
+        raise ValueError(f"summaries folder {directory} holds no summary file (**/*.json)")
+    out, seen = [], {}
+    for path in files:
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise ValueError(f"{path}: not a JSON summary ({error})") from None
+        run_id = data.get("run_id") if isinstance(data, dict) else None
+        if not isinstance(run_id, str) or not run_id.strip():
+            raise ValueError(f"{path}: no 'run_id' (a summary names the MLflow run of one configuration)")
+        run_id = run_id.strip()
+        if run_id in seen:
+            raise ValueError(f"{path}: names run {run_id}, as {seen[run_id]} does (one summary per run)")
+        seen[run_id] = path
+        complete = data.get("complete")
+        out.append(Summary(
+            path, path.relative_to(directory).as_posix(), run_id,
+            _text(data.get("model")), _text(data.get("strategy")), complete if isinstance(complete, bool) else None,
+            _text(data.get("run_name")),
+        ))
+    return out
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def run_name(run) -> str:
+    return run.info.run_name or run.data.tags.get("mlflow.runName") or run.info.run_id
+
+
+def _field(run, name: str) -> str | None:
+    value = run.data.params.get(name, run.data.tags.get(name))
+    return None if value in (None, "", "None") else str(value)
+
+
+def fetch_runs(client, summaries: Sequence[Summary], experiment_id: str, experiment_name: str) -> list:
+    """The run each summary names, fetched by id and checked; returned in the summaries' order.
+
+    Raises:
+        ValueError: one line naming the summary file, for the first summary whose run cannot be used.
+    """
+    from mlflow.exceptions import MlflowException
+
+    runs = []
+    for summary in summaries:
+        where = f"{summary.path}: run {summary.run_id}"
+        try:
+            run = client.get_run(summary.run_id)
+        except MlflowException as error:
+            if getattr(error, "error_code", "") == "RESOURCE_DOES_NOT_EXIST":
+                raise ValueError(f"{where} not found in the tracking store") from None
+            first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            raise ValueError(f"{where} could not be read: {first}") from None
+        name = run_name(run)
+        where = f"{where} ({name})"
+        if run.info.experiment_id != experiment_id:
+            other = client.get_experiment(run.info.experiment_id)
+            label = f"{other.name!r}" if other is not None else f"id {run.info.experiment_id}"
+            raise ValueError(f"{where} belongs to experiment {label}, not {experiment_name!r}")
+        if getattr(run.info, "lifecycle_stage", "active") == "deleted":
+            raise ValueError(f"{where} is deleted")
+        if run.info.status != "FINISHED":
+            raise ValueError(f"{where} is {run.info.status}, not FINISHED")
+        kind = run.data.tags.get("kind")
+        if kind not in KINDS:
+            raise ValueError(f"{where} is not a configuration run (its `kind` tag is {kind!r}, not one of {KINDS})")
+        if summary.complete is False:
+            raise ValueError(f"{where}: the summary says the configuration is incomplete")
+        stated_fields = (("model", summary.model), ("strategy", summary.strategy), ("run name", summary.run_name))
+        for field_name, stated in stated_fields:
+            logged = name if field_name == "run name" else _field(run, field_name)
+            if stated is not None and logged is not None and stated != logged:
+                raise ValueError(f"{where}: the summary says {field_name} {stated!r}, the run logged {logged!r}")
+        runs.append(run)
+    check_unique_configurations(summaries, runs)
+    return runs
+
+
+def check_unique_configurations(summaries: Sequence[Summary], runs: Sequence) -> None:
+    """Two summaries must not name runs of one configuration (same run name, or same model and strategy)."""
+    seen: dict[Any, Summary] = {}
+    for summary, run in zip(summaries, runs):
+        name = run_name(run)
+        model, strategy = _field(run, "model"), _field(run, "strategy")
+        keys = [("name", name)] + ([("config", model, strategy)] if model and strategy else [])
+        for key in keys:
+            if key in seen:
+                other = seen[key]
+                raise ValueError(
+                    f"{summary.path} and {other.path} both name configuration {name} "
+                    f"(runs {summary.run_id} and {other.run_id}); remove the stale summary"
+                )
+        for key in keys:
+            seen[key] = summary
+
+
+def split_data_version(value: str | None) -> tuple[str | None, str | None]:
+    """``raw:<corpora>/datasets:<files>`` -> (``raw:<corpora>``, ``datasets:<files>``); None for what is absent."""
+    if value is None or str(value) in ("", "None", "unknown"):
+        return None, None
+    raw, _, files = str(value).partition("/")
+    return (raw if raw.startswith("raw:") and raw != "raw:unknown" else None), (files or None)
+
+
+def check_data_versions(rows: Sequence[Mapping[str, Any]], scored: Mapping[str, Iterable[str]]) -> None:
+    """Runs must agree on the data they were scored on, as far as ``data_version`` can tell.
+
+    A run's ``data_version`` (``src.tracking.data_version``) is the raw corpora's DVC hash
+    plus one digest over all the dataset files the run read together. So: every run must
+    have the same raw part, and runs scored on exactly the same ``task/dataset`` keys must
+    have the same digest. Runs scored on different sets of datasets cannot be compared
+    dataset by dataset.
+
+    Args:
+        rows: run rows with ``config``, ``data_version`` and ``summary``.
+        scored: configuration -> the ``task/dataset`` keys it was scored on.
+
+    Raises:
+        ValueError: the first disagreement, naming both configurations and their summaries.
+    """
+    first_raw: Mapping[str, Any] | None = None
+    files_seen: dict[frozenset, Mapping[str, Any]] = {}
+    for row in rows:
+        raw, files = split_data_version(row.get("data_version"))
+        if raw is not None and first_raw is None:
+            first_raw = row
+        elif raw is not None and split_data_version(first_raw.get("data_version"))[0] != raw:
+            raise ValueError(
+                f"runs disagree on the raw data version: {_who(first_raw)} has {first_raw['data_version']}, "
+                f"{_who(row)} has {row['data_version']}"
+            )
+        keys = frozenset(scored.get(row["config"], ()))
+        if files is None or not keys:
+            continue
+        other = files_seen.setdefault(keys, row)
+        if other is not row and split_data_version(other.get("data_version"))[1] != files:
+            listed = ", ".join(sorted(keys))
+            raise ValueError(
+                f"runs scored on the same datasets ({listed}) disagree on their data version: "
+                f"{_who(other)} has {other['data_version']}, {_who(row)} has {row['data_version']}"
+            )
+
+
+def _who(row: Mapping[str, Any]) -> str:
+    return f"{row['config']} ({row.get('summary') or row.get('run_id')})"
+
+
+def is_dirty(commit: Any) -> bool:
+    """A commit recorded from a working tree with uncommitted changes."""
+    return isinstance(commit, str) and commit.endswith(DIRTY_SUFFIX)

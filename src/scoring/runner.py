@@ -1,0 +1,263 @@
+"""The one evaluation runner: every kind of system is scored and logged here.
+
+A *system* (a prompted model under a strategy, a fine-tuned tagger) only turns records
+into :class:`~src.scoring.evaluate.InstanceOutput` rows. Everything else is the same for
+every configuration and lives here once: the MLflow run (named, tagged, its params under
+one typed :class:`RunRecord`), the dataset inputs, the metrics and artifacts of each
+dataset, the final status (set in a ``finally``), stale runs of the same configuration
+closed first, and the small summary file that DVC tracks and the analysis reads.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Protocol, Sequence
+
+from src.data.schema import Record
+from src.scoring.evaluate import DatasetEvaluation, InstanceOutput, evaluate_dataset, log_evaluation
+
+log = logging.getLogger(__name__)
+
+#: Metrics copied into the DVC summary (the full set is in MLflow).
+SUMMARY_METRICS = ("f1", "precision", "recall", "f1_ci_low", "f1_ci_high", "parse_failure_rate", "truncated_rate", "n")
+KINDS = ("prompted", "finetuned")
+
+
+@dataclass
+class DatasetPlan:
+    """One (task, dataset) to evaluate: where it lives and which of its records to use."""
+
+    task: str
+    dataset: str
+    path: Path
+    records: list[Record]
+
+
+@dataclass
+class SystemOutput:
+    """What a system produced for one dataset: outputs aligned with the records, or failures.
+
+    ``failures`` maps instance ids to the real cause (a request that failed after its
+    retries); a dataset with any failure is not scored (never a silent subset).
+    """
+
+    outputs: list[InstanceOutput] | None
+    failures: dict[str, str] = field(default_factory=dict)
+    usage: dict[str, float] = field(default_factory=dict)
+
+
+class System(Protocol):
+    """Anything that can answer the instances of a dataset."""
+
+    def produce(self, plan: DatasetPlan) -> SystemOutput: ...
+
+
+@dataclass
+class RunRecord:
+    """The identity of a configuration's MLflow run: what the analysis reads back.
+
+    Attributes:
+        run_name: ``{model}-{strategy}`` (prompted) or ``{model}-finetuned``.
+        kind: ``prompted`` or ``finetuned``.
+        model: the model's config name.
+        strategy: the strategy name, or ``finetuned``.
+        params: every other param (family, sizes, k, seed, git commit, data version...).
+        tags: extra tags (e.g. the training run a checkpoint came from).
+    """
+
+    run_name: str
+    kind: str
+    model: str
+    strategy: str
+    params: dict[str, Any] = field(default_factory=dict)
+    tags: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"run kind must be one of {KINDS}, got {self.kind!r}")
+
+    def all_params(self) -> dict[str, Any]:
+        return {"model": self.model, "strategy": self.strategy, "kind": self.kind, **self.params}
+
+    def all_tags(self) -> dict[str, str]:
+        return {"model": self.model, "strategy": self.strategy, "kind": self.kind, **self.tags}
+
+
+@dataclass
+class ScoringOptions:
+    """How outputs are scored: bootstrap size and seed, case folding, extra scorer variants."""
+
+    resamples: int = 1000
+    seed: int = 0
+    lowercase: bool = False
+    variants: tuple[str, ...] = ()
+
+
+@dataclass
+class DatasetOutcome:
+    """One dataset's evaluation, or the failures that kept it from being scored."""
+
+    plan: DatasetPlan
+    evaluation: DatasetEvaluation | None
+    failures: dict[str, str]
+    usage: dict[str, float]
+
+    @property
+    def key(self) -> str:
+        return f"{self.plan.task}/{self.plan.dataset}"
+
+
+@dataclass
+class RunOutcome:
+    """The finished run: its id, per-dataset outcomes and whether everything was scored."""
+
+    run_id: str
+    outcomes: list[DatasetOutcome]
+
+    @property
+    def complete(self) -> bool:
+        return all(o.evaluation is not None for o in self.outcomes)
+
+    def metrics(self) -> dict[str, float]:
+        merged: dict[str, float] = {}
+        for outcome in self.outcomes:
+            if outcome.evaluation is not None:
+                merged.update(outcome.evaluation.metrics())
+        return merged
+
+
+def file_md5(path: Path) -> str:
+    """The md5 of a file's bytes: DVC's hash of a file output, so a run names its data version."""
+    digest = hashlib.md5()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def log_dataset_input(plan: DatasetPlan) -> None:
+    """Show the dataset in MLflow's Dataset column: name ``task/dataset``, digest = DVC hash."""
+    import warnings
+
+    import mlflow
+    from mlflow.data.dataset_source_registry import resolve_dataset_source
+    from mlflow.data.meta_dataset import MetaDataset
+
+    with warnings.catch_warnings():  # "can be interpreted in multiple ways": both are the local source
+        warnings.simplefilter("ignore", UserWarning)
+        source = resolve_dataset_source(str(plan.path))
+    dataset = MetaDataset(source=source, name=f"{plan.task}/{plan.dataset}", digest=file_md5(plan.path))
+    mlflow.log_input(dataset, context="evaluation")
+
+
+def evaluate_configuration(
+    record: RunRecord,
+    plans: Sequence[DatasetPlan],
+    system: System,
+    scoring: ScoringOptions,
+    experiment: str,
+    tracking_uri: str | None = None,
+    secrets: tuple[str, ...] = (),
+    artifacts: Callable[[], None] | None = None,
+) -> RunOutcome:
+    """Open the configuration's MLflow run, evaluate every dataset, log, close with a status.
+
+    The run ends FINISHED only when every dataset was scored; a dataset whose requests
+    failed is logged with its failed ids and causes and the run ends FAILED. Any exception
+    (a crash, Ctrl-C) also ends the run FAILED before it propagates; a run killed outright
+    (SIGKILL) stays RUNNING in the store and is closed the next time this configuration runs.
+    """
+    import mlflow
+
+    from src import tracking
+
+    experiment_id = tracking.start_experiment(experiment, tracking_uri)
+    closed = tracking.close_stale_runs(experiment_id, record.run_name, mlflow.MlflowClient())
+    if closed:
+        log.warning("%s: closed %d stale RUNNING run(s) as FAILED: %s", record.run_name, len(closed), ", ".join(closed))
+    owner_tags = tracking.run_owner_tags()
+    outcomes: list[DatasetOutcome] = []
+    started = time.perf_counter()
+    with mlflow.start_run(run_name=record.run_name) as active:
+        status = "FAILED"
+        try:
+            mlflow.set_tags({**record.all_tags(), **owner_tags})
+            mlflow.log_params(record.all_params())
+            if artifacts is not None:
+                artifacts()
+            for plan in plans:
+                outcome = _evaluate_one(plan, system, scoring, secrets)
+                outcomes.append(outcome)
+            usage = {o.key: o.usage for o in outcomes}
+            tracking.log_json_artifact(usage, "usage.json", secrets)
+            mlflow.log_metric("wall_time_s", time.perf_counter() - started)
+            status = "FINISHED" if all(o.evaluation is not None for o in outcomes) else "FAILED"
+        finally:
+            mlflow.end_run(status=status)
+    return RunOutcome(active.info.run_id, outcomes)
+
+
+def _evaluate_one(plan: DatasetPlan, system: System, scoring: ScoringOptions, secrets: tuple[str, ...]) -> DatasetOutcome:
+    import mlflow
+
+    from src import tracking
+
+    log_dataset_input(plan)
+    produced = system.produce(plan)
+    prefix = f"{plan.task}.{plan.dataset}"
+    if produced.usage:
+        mlflow.log_metrics({f"{prefix}.usage.{k}": float(v) for k, v in produced.usage.items()})
+    if produced.failures or produced.outputs is None:
+        mlflow.log_metric(f"{prefix}.failed_requests", len(produced.failures))
+        tracking.log_json_artifact(produced.failures, f"failures/{plan.task}/{plan.dataset}.json", secrets)
+        return DatasetOutcome(plan, None, produced.failures, produced.usage)
+    evaluation = evaluate_dataset(
+        plan.task, plan.dataset, plan.records, produced.outputs, scoring.resamples, scoring.seed, scoring.lowercase,
+        variants=scoring.variants,
+    )
+    log_evaluation(evaluation, secrets)
+    log.info("%s/%s: F1 %.3f (%d instances)", plan.task, plan.dataset, evaluation.metrics()[f"{prefix}.f1"],
+             len(plan.records))
+    return DatasetOutcome(plan, evaluation, {}, produced.usage)
+
+
+def summary(record: RunRecord, outcome: RunOutcome) -> dict[str, Any]:
+    """The small JSON DVC tracks per configuration: the run id (provenance) and headline metrics."""
+    metrics: dict[str, dict[str, dict[str, float]]] = {}
+    everything = outcome.metrics()
+    for o in outcome.outcomes:
+        block = metrics.setdefault(o.plan.task, {}).setdefault(o.plan.dataset, {})
+        for name in SUMMARY_METRICS:
+            value = everything.get(f"{o.plan.task}.{o.plan.dataset}.{name}")
+            if value is not None:
+                block[name] = round(float(value), 6)
+    return {
+        "run_id": outcome.run_id,
+        "run_name": record.run_name,
+        "kind": record.kind,
+        "model": record.model,
+        "strategy": record.strategy,
+        "complete": outcome.complete,
+        "metrics": metrics,
+    }
+
+
+def write_summary(path: Path, record: RunRecord, outcome: RunOutcome) -> None:
+    """Write :func:`summary` atomically enough for DVC (one small file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(summary(record, outcome), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def report_failures(outcome: RunOutcome) -> list[str]:
+    """One line per dataset that was not scored, naming the ids and their real causes."""
+    lines = []
+    for o in outcome.outcomes:
+        if o.evaluation is None:
+            causes = "; ".join(f"{instance}: {cause}" for instance, cause in sorted(o.failures.items()))
+            lines.append(f"{o.key}: {len(o.failures)} request(s) failed, dataset not scored ({causes})")
+    return lines
