@@ -32,8 +32,12 @@ def lookup(dotted: str, path: str = str(PARAMS_FILE)) -> Any:
 
 
 def register_resolver() -> None:
-    """Make ``${params:...}`` available in Hydra/OmegaConf configs (idempotent)."""
+    """Make ``${params:...}`` and ``${study:DIMENSION}`` available in Hydra configs (idempotent)."""
     from omegaconf import OmegaConf
+
+    from src.study import dimension_datasets
 
     if not OmegaConf.has_resolver("params"):
         OmegaConf.register_new_resolver("params", lambda key: lookup(key))
+    if not OmegaConf.has_resolver("study"):
+        OmegaConf.register_new_resolver("study", dimension_datasets)

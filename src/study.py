@@ -96,6 +96,29 @@ def dimension_keys() -> dict[str, list[str]]:
     return out
 
 
+def dimension_datasets(dimension: str) -> dict[str, list[str]]:
+    """Task -> datasets a Hydra ``dimension`` config runs: its own sets plus ``base`` for pairing.
+
+    ``all`` is every pair of the study, ``base`` the reference sets; the configs in
+    ``conf/dimension/`` read this through the ``${study:NAME}`` resolver, so a new dataset
+    is one :data:`DATASETS` entry.
+    """
+    if dimension not in ("all", "base", *DIMENSIONS):
+        raise ValueError(f"unknown dimension {dimension!r}; expected all, base or one of {DIMENSIONS}")
+    out: dict[str, list[str]] = {task: [] for task in TASK_ORDER}
+    if dimension == "base":
+        return {task: ["base"] if task in DATASETS["base"].tasks else [] for task in TASK_ORDER}
+    for key in dataset_keys():
+        task, dataset = key.split("/")
+        if dimension == "all" or dimension_of(task, dataset) == dimension:
+            out[task].append(dataset)
+    if dimension != "all":
+        for task, names in out.items():
+            if names and task != COMPOSITIONAL_TASK:
+                names.insert(0, "base")
+    return out
+
+
 def dataset_path(root_prepared: str, root_derived: str, task: str, dataset: str) -> str:
     """Where a dataset's JSONL lives: derived sets under ``data/derived``, the rest prepared."""
     root = root_derived if DATASETS.get(dataset, Dataset(dataset, "base")).derived else root_prepared

@@ -103,6 +103,19 @@ def configurations_table(analysis: "Analysis") -> pd.DataFrame:
     return table
 
 
+def scorer_table(scores: pd.DataFrame) -> pd.DataFrame | None:
+    """F1 under every scorer variant logged (columns in registry order), or None when only the primary was."""
+    from src.scoring.variants import PRIMARY, VARIANTS
+
+    extra = [name for name in VARIANTS if name != PRIMARY and f"{name}.f1" in scores.columns]
+    if not extra:
+        return None
+    table = scores[["config", "task", "dataset", "f1", *[f"{name}.f1" for name in extra]]].copy()
+    table = table.dropna(subset=[f"{name}.f1" for name in extra], how="all")
+    table.columns = ["configuration", "task", "dataset", PRIMARY, *extra]
+    return table.reset_index(drop=True)
+
+
 def write_tables(analysis: "Analysis", directory: Path) -> dict[str, Path]:
     """Every table as CSV (full precision) and markdown (3 decimals); returns name -> CSV path."""
     study = analysis.study
@@ -123,6 +136,9 @@ def write_tables(analysis: "Analysis", directory: Path) -> dict[str, Path]:
         detail = part[[m for m in DETAIL_METRICS if m in part.columns]]
         detail.index.name = "configuration"
         written[f"dataset_{task}_{dataset}"] = _write(detail, directory, f"dataset_{task}_{dataset}")
+    scorers = scorer_table(scores)
+    if scorers is not None:
+        written["scorers"] = _write(scorers, directory, "scorers", index=False)
     written["configurations"] = _write(configurations_table(analysis), directory, "configurations")
     written["provenance"] = _write(analysis.provenance, directory, "provenance")
     written["comparisons"] = _write(instance_table(analysis), directory, "comparisons", index=False)
@@ -427,6 +443,11 @@ def build_report(analysis: "Analysis", drawn: Mapping[str, list[Path]], tables: 
     if "finetuned" in tables:
         lines += ["### Fine-tuned models (Table 10)", "", tables["finetuned"].with_suffix(".md").read_text(encoding="utf-8"), ""]
         lines += _finetuned_lines(analysis, tables)
+    if "scorers" in tables:
+        lines += ["### The paper's formula beside the study's released scorer", "",
+                  "Primary F1 (`paper`: word LCS / max length, one Hungarian matching) and the released scorer's "
+                  "variants (`src/scoring/variants.py`; README, \"Fidelity with the study\"), on the same outputs:", "",
+                  tables["scorers"].with_suffix(".md").read_text(encoding="utf-8"), ""]
     details = [k for k in tables if k.startswith("dataset_")]
     lines += ["Per-dataset details (precision, recall, strict/relaxed F1, parse failures, errors): " +
               ", ".join(f"[{k[len('dataset_'):]}](tables/{tables[k].name})" for k in details) + ".", ""]
