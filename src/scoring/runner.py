@@ -142,17 +142,13 @@ def file_md5(path: Path) -> str:
 
 def log_dataset_input(plan: DatasetPlan) -> None:
     """Show the dataset in MLflow's Dataset column: name ``task/dataset``, digest = DVC hash."""
-    import warnings
-
     import mlflow
-    from mlflow.data.dataset_source_registry import resolve_dataset_source
     from mlflow.data.meta_dataset import MetaDataset
+    from mlflow.data.sources import LocalArtifactDatasetSource
 
-    with warnings.catch_warnings():  # "can be interpreted in multiple ways": both are the local source
-        warnings.simplefilter("ignore", UserWarning)
-        source = resolve_dataset_source(str(plan.path))
+    source = LocalArtifactDatasetSource(str(plan.path))
     dataset = MetaDataset(source=source, name=f"{plan.task}/{plan.dataset}", digest=file_md5(plan.path))
-    mlflow.log_input(dataset, context="evaluation")
+    mlflow.log_input(dataset, context="evaluation", tags={"task": plan.task, "dataset": plan.dataset})
 
 
 def evaluate_configuration(
