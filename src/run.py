@@ -55,6 +55,7 @@ class PromptOptions:
     answer_format: str = "compact"
     form: str = "chat"
     constrained: bool = False
+    spans_from_input: bool = False
 
 
 def dataset_file(cfg: DictConfig, task: str, dataset: str) -> Path:
@@ -100,6 +101,7 @@ def prompt_options(cfg: DictConfig) -> PromptOptions:
         answer_format=str(prompt.get("answer_format", "compact")),
         form=str(prompt.get("form", "chat")),
         constrained=bool(cfg.generation.get("constrained", False)),
+        spans_from_input=bool(cfg.generation.get("spans_from_input", False)),
     )
     if options.answer_format not in ANSWER_FORMATS:
         raise ConfigError(f"prompt.answer_format: {options.answer_format!r} is not one of {ANSWER_FORMATS}")
@@ -182,7 +184,7 @@ class PromptedSystem:
             parts = build_request_parts(
                 self.strategy, plan.task, record.text, self.exemplars(plan.task),
                 answer_format=self.options.answer_format, prompt_form=self.options.form,
-                constrained=self.options.constrained,
+                constrained=self.options.constrained, spans_from_input=self.options.spans_from_input,
             )
             requests.append(
                 ChatRequest(
@@ -247,6 +249,7 @@ def run_record(cfg: DictConfig, strategy: Strategy, options: PromptOptions, file
         "answer_format": options.answer_format,
         "prompt_form": options.form,
         "constrained": options.constrained,
+        "spans_from_input": options.spans_from_input,
         "scoring_variants": ",".join(cfg.scoring.get("variants") or []) or "paper",
         "git_commit": git_commit(),
         "data_version": data_version(files),

@@ -26,7 +26,9 @@ def _compose(*overrides: str):
 
 def test_default_configuration_is_the_embedded_model_and_reads_params_yaml():
     cfg = _compose()
-    assert cfg.model.name == "smollm2_135m" and cfg.model.backend == "transformers"
+    assert cfg.model.name == "smollm2_135m" and cfg.model.backend == "llamacpp"
+    # the embedded model's own condition reaches the run config (conf/model/smollm2_135m.yaml)
+    assert cfg.prompt.form == "completion" and cfg.generation.constrained and cfg.generation.spans_from_input
     assert cfg.seed == lookup("seed")
     assert cfg.paths.prepared == lookup("paths.prepared")
     assert cfg.mlflow.run_name == "smollm2_135m-I"
@@ -62,3 +64,14 @@ def test_every_dimension_lists_known_tasks_and_datasets(dimension):
 def test_the_study_has_thirteen_task_dataset_pairs():
     cfg = _compose("dimension=all")
     assert sum(len(v) for v in cfg.dimension.datasets.values()) == 13
+
+
+def test_an_api_model_keeps_the_chat_form_and_free_decoding():
+    cfg = _compose("model=qwen3_moe")
+    assert cfg.prompt.form == "chat" and not cfg.generation.constrained and not cfg.generation.spans_from_input
+
+
+def test_the_study_condition_experiment():
+    cfg = _compose("model=qwen3_moe", "experiment=study_condition")
+    assert cfg.prompt.answer_format == "study" and cfg.generation.constrained and cfg.generation.temperature == 0
+    assert list(cfg.scoring.variants) == ["released", "released_best", "released_char", "released_char_best"]

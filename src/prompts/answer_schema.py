@@ -31,6 +31,7 @@ The keys of a format come from the gold labels of :mod:`src.study` through
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -162,12 +163,58 @@ def _is_abductive(strategy: Any) -> bool:
     return bool(strategy.abductive)
 
 
+#: Inputs longer than this (whole documents) keep the plain schema: an enum of every word
+#: n-gram would make the grammar larger than the prompt.
+SPAN_ENUM_MAX_WORDS = 120
+#: The longest span (in words) an input-restricted answer may name.
+SPAN_ENUM_NGRAM = 6
+_UNSAFE_IN_ENUM = re.compile(r'["\\\x00-\x1f]')
+
+
+def input_spans(text: str, max_words: int = SPAN_ENUM_NGRAM) -> list[str]:
+    """Every contiguous run of 1..``max_words`` words of ``text``, as written, in order, unique."""
+    from src.data.text import word_offsets
+
+    offsets = word_offsets(text)
+    seen: dict[str, None] = {}
+    for i in range(len(offsets)):
+        for j in range(i, min(i + max_words, len(offsets))):
+            span = text[offsets[i][0]:offsets[j][1]]
+            if not _UNSAFE_IN_ENUM.search(span):  # quotes and backslashes break llama.cpp's grammar literals
+                seen.setdefault(span, None)
+    return list(seen)
+
+
+def restrict_to_input(schema: dict, text: str) -> dict:
+    """The schema with every span string limited to a word n-gram of the input (an ``enum``).
+
+    A small model then cannot invent or misspell a span: it can only choose among the
+    input's own word runs, which is what a span extractor's answer must be anyway. Inputs
+    longer than :data:`SPAN_ENUM_MAX_WORDS` words are returned unchanged.
+    """
+    from src.data.text import word_offsets
+
+    spans = input_spans(text)
+    if not spans or len(word_offsets(text)) > SPAN_ENUM_MAX_WORDS:
+        return schema
+
+    def visit(node: Any, key: str | None) -> Any:
+        if isinstance(node, dict):
+            if node.get("type") == "array" and node.get("items") == {"type": "string"} and key != REASONING_KEY:
+                return {**node, "items": {"type": "string", "enum": spans}}
+            return {k: visit(v, k if k not in ("properties", "items") else key) for k, v in node.items()}
+        return node
+
+    return visit(schema, None)
+
+
 def request_schema(
     task: str,
     strategy: Any,
     answer_format: str = "compact",
     constrained: bool = False,
     prompt_form: str = "chat",
+    input_text: str | None = None,
 ) -> str | None:
     """The ``response_schema`` text a request carries, or None.
 
@@ -186,6 +233,8 @@ def request_schema(
         answer_format: ``compact`` or ``study``.
         constrained: whether the run constrains decoding at all.
         prompt_form: ``chat`` or ``completion``.
+        input_text: when given, span strings are restricted to the input's word n-grams
+            (:func:`restrict_to_input`; ``generation.spans_from_input``).
     """
     _check_task(task)
     check_format(answer_format)
@@ -197,4 +246,7 @@ def request_schema(
         return None
     if prompt_form == "completion" and not abductive and len(TASK_LABELS[task]) > 1:
         return None
-    return schema_text(answer_schema(task, abductive, answer_format))
+    schema = answer_schema(task, abductive, answer_format)
+    if input_text is not None:
+        schema = restrict_to_input(schema, input_text)
+    return schema_text(schema)

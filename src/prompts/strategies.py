@@ -265,9 +265,15 @@ def build_request_parts(
     answer_format: str = "compact",
     prompt_form: str = "chat",
     constrained: bool = False,
+    spans_from_input: bool = False,
 ) -> RequestParts:
-    """Messages, completion flag and response schema for one input (see ``request_schema``)."""
+    """Messages, completion flag and response schema for one input (see ``request_schema``).
+
+    ``spans_from_input`` limits every span of a constrained answer to a word n-gram of ``text``.
+    """
     strategy = _as_strategy(strategy, exemplars)
     messages = build_messages(strategy, task, text, exemplars, answer_format, prompt_form)
-    schema = request_schema(task, strategy, answer_format, constrained, prompt_form)
+    schema = request_schema(
+        task, strategy, answer_format, constrained, prompt_form, input_text=text if spans_from_input else None
+    )
     return RequestParts(messages, prompt_form == "completion", schema)

@@ -99,3 +99,42 @@ def test_embedded_smollm2_batched_equals_unbatched():
         assert 0 < together.usage["completion_tokens"] <= 12
         assert together.usage["prompt_tokens"] > 10
     assert [r.request for r in batched] == requests
+
+
+class _CharTokenizer:
+    """One character per token id (ord), enough for the stopping criterion."""
+
+    def decode(self, ids, skip_special_tokens=True):
+        return "".join(chr(i) for i in ids if i > 3)
+
+
+def test_json_stop_criterion_stops_each_row_after_its_value():
+    import torch
+
+    from src.backends.transformers_backend import _JsonCompleteCriteria
+
+    prompt = [ord("p")] * 3
+    rows = ['["a"] tail', 'x {"k": "]"} y', '["open', '[]']
+    width = max(len(r) for r in rows)
+    ids = [prompt + [ord(c) for c in r] + [2] * (width - len(r)) for r in rows]  # 2 = end of sequence
+    criterion = _JsonCompleteCriteria(_CharTokenizer(), prompt_width=3, rows=4, stop_ids=[2])
+    done = None
+    for step in range(1, width + 1):  # called after every generated token, as generate does
+        done = criterion(torch.tensor([row[: 3 + step] for row in ids]), None)
+    assert done.tolist() == [True, True, False, True]
+    assert criterion.ends == [len('["a"]'), len('x {"k": "]"}'), None, 2]
+
+
+def test_completion_requests_skip_the_chat_template():
+    backend = TransformersBackend("smollm2-135m-gguf", device="cpu")
+
+    class Tokenizer:
+        chat_template = "unused"
+
+        def __call__(self, text, add_special_tokens):
+            return {"input_ids": [len(text), int(add_special_tokens)]}
+
+    backend._tokenizer = Tokenizer()
+    request = ChatRequest((("user", "Text: Monday.\nTime expressions:"),), completion=True)
+    assert backend.render(request) == "Text: Monday.\nTime expressions:"
+    assert backend.encode(request) == [len("Text: Monday.\nTime expressions:"), 1]

@@ -1,18 +1,31 @@
-"""``adv_p`` acceptance logic against a loopback OpenAI-compatible server: accept, retry, drop."""
+"""``adv_p``: edit kinds, the JSON answer format, every rejection reason, the rule fallback.
+
+The generator is a scripted test double (``generate(requests, progress, on_result)``): the real
+model's answers cannot be chosen, and what is tested here is what ``adv_p`` does with them. The
+similarity is scripted too, except in the slow test, which runs the embedded model and MiniLM.
+"""
 
 from __future__ import annotations
 
 import json
-import re
 
 import pytest
 
+from src.backends.base import ChatRequest, GenerationResult
 from src.data.schema import Record, Span, check_spans, read_records, write_records
 from src.derive import adv_p
-from src.derive.adv_p import check_rewrite, extract_rewrite, rewrite_request
+from src.derive.adv_p import (
+    EDIT_KINDS,
+    RESPONSE_SCHEMA,
+    RULE_KIND,
+    RewriteSettings,
+    check_rewrite,
+    instance_kinds,
+    parse_rewrite,
+    rewrite_records,
+    rewrite_request,
+)
 from src.derive.alignment import AlignmentError
-from src.backends.base import ChatRequest
-from tests.backends.fake_openai_server import FakeOpenAIServer, last_user_message
 
 
 def make_record(id_: str, text: str, *strings: str) -> Record:
@@ -24,86 +37,293 @@ def make_record(id_: str, text: str, *strings: str) -> Record:
     return Record(id_, "doc", text, spans, "test")
 
 
-GOOD = make_record("good", "The company reported higher sales on Monday.", "Monday")
-BROKEN = make_record("broken", "Prices fell sharply last week.", "last week")
-AMBIGUOUS = make_record("ambiguous", "In May the plant reopened.", "May")
-UNCHANGED = make_record("unchanged", "He left in 1990.", "1990")
-TWICE = make_record("twice", "Sales rose in May and fell in May.", "May", "May")
-
-# what the fake model answers, per sentence: first attempt, later attempts
-ANSWERS = {
-    GOOD.text: ("Rewritten sentence: \"On Monday the firm reportted bigger sales.\"", None),
-    BROKEN.text: ("Prices dropped steeply the previous week.", "Prices dropped last weak."),
-    AMBIGUOUS.text: ("In May, as expected in May, the plant opened again.", "The factory reopened in May."),
-    UNCHANGED.text: ("He left in 1990.", "He left in 1990."),
-    TWICE.text: ("In May sales grew, and in May they fell.", None),
-}
+def answer(text: str) -> str:
+    return json.dumps({"rewritten": text})
 
 
-def fake_model(body: dict) -> str:
-    message = last_user_message(body)
-    sentence = message.rsplit("Sentence: ", 1)[1]
-    first, later = ANSWERS[sentence]
-    return later if re.search(r"Attempt \d+:", message) and later is not None else first
+def sentence_of(request: ChatRequest) -> str:
+    return request.messages[-1][1].rsplit("Sentence: ", 1)[1]
 
 
-def test_request_names_targets_and_varies_by_attempt_only_in_the_prompt():
-    first, second = rewrite_request(TWICE, 0, seed=5), rewrite_request(TWICE, 1, seed=5)
-    assert isinstance(first, ChatRequest) and first.temperature == 0.0 and first.seed == 5
-    prompt = first.messages[-1][1]
-    assert prompt.count('- "May"') == 2 and prompt.endswith(f"Sentence: {TWICE.text}")
-    assert "Attempt 2:" in second.messages[-1][1] and first.messages != second.messages
-    assert first.request_id == "twice#attempt1"
+def kind_of(request: ChatRequest) -> str:
+    return request.request_id.rsplit(":", 1)[1]
 
 
-def test_extract_rewrite_strips_labels_quotes_and_fences():
-    assert extract_rewrite('Rewrite: "A new text."\nExplanation: ...') == "A new text."
-    assert extract_rewrite("```\nA fenced text.\n```") == "A fenced text."
-    assert extract_rewrite(None) == "" and extract_rewrite("  \n ") == ""
+class ScriptedBackend:
+    """Answers by (sentence, edit kind) from a script; records every request it gets."""
+
+    name = "scripted"
+    model_id = "scripted-rewriter"
+
+    def __init__(self, script: dict[str, dict[str, str | None]], finish_reason: str = "stop"):
+        self.script = script
+        self.finish_reason = finish_reason
+        self.requests: list[ChatRequest] = []
+
+    def cache_identity(self) -> dict:
+        return {}
+
+    def generate(self, requests, progress=None, on_result=None):
+        results = []
+        for index, request in enumerate(requests):
+            self.requests.append(request)
+            text = self.script[sentence_of(request)].get(kind_of(request), '{"rewritten": "x"}')
+            result = (GenerationResult(request, None, error="boom") if text is None
+                      else GenerationResult(request, text, finish_reason=self.finish_reason))
+            results.append(result)
+            if on_result is not None:
+                on_result(index, result)
+        return results
+
+
+def scripted_similarity(low: set[str] = frozenset()):
+    """1.0 for every pair, except rewrites listed in ``low`` (0.1)."""
+    def similarity(originals, rewrites):
+        return [0.1 if r in low else 1.0 for r in rewrites]
+    return similarity
+
+
+RECORD = make_record("r", "The company reported higher sales on Monday.", "Monday")
+TWO = make_record("two", "Prices fell last week and rose on Friday.", "last week", "Friday")
+
+
+def test_request_sends_schema_kind_example_and_targets():
+    request = rewrite_request(TWO, 0, seed=5, kind="char_noise")
+    assert isinstance(request, ChatRequest) and request.temperature == 0.0 and request.seed == 5
+    assert request.response_schema == json.dumps(RESPONSE_SCHEMA, sort_keys=True, separators=(",", ":"))
+    assert json.loads(request.response_schema)["required"] == ["rewritten"]
+    roles = [role for role, _ in request.messages]
+    assert roles == ["system", "user", "assistant", "user"]
+    assert json.loads(request.messages[2][1]) == {"rewritten": adv_p.KIND_PROMPTS["char_noise"][3]}
+    prompt = request.messages[-1][1]
+    assert '"last week", "Friday"' in prompt and "typos" in prompt and sentence_of(request) == TWO.text
+    assert request.request_id == "two#attempt1:char_noise"
+    # the kinds give different prompts; a repeated kind says its attempt number
+    others = {rewrite_request(TWO, 0, 5, k).messages for k in EDIT_KINDS}
+    assert len(others) == 3
+    repeat = rewrite_request(TWO, 3, 5, "char_noise")
+    assert repeat.messages != request.messages and "Attempt 4" in repeat.messages[-1][1]
+
+
+def test_instance_kinds_cycle_from_a_seeded_start():
+    kinds = instance_kinds("a", 13)
+    assert sorted(kinds) == sorted(EDIT_KINDS) and kinds == instance_kinds("a", 13)
+    starts = {instance_kinds(f"id{i}", 13)[0] for i in range(30)}
+    assert starts == set(EDIT_KINDS)
+
+
+def test_parse_rewrite_is_strict():
+    assert parse_rewrite(' {"rewritten": " A new text. "}\n') == "A new text."
+    for raw in [None, "", "A new text.", 'Answer: {"rewritten": "x"}', '```json\n{"rewritten": "x"}\n```',
+                '{"rewritten": 3}', '["x"]', '{"rewritten": "x", "note": "y"}', '{"rewritten": "x"']:
+        with pytest.raises(AlignmentError) as caught:
+            parse_rewrite(raw)
+        assert caught.value.reason == "format", raw
 
 
 def test_check_rewrite_reasons():
-    accepted = check_rewrite(TWICE, "In May sales grew, and in May they fell.", {"k": 1})
-    assert [s.start for s in accepted.spans] == [3, 26] and accepted.extra == {"k": 1}
-    for rewrite, reason in [("", "empty"), ("He  left in 1990 .", "unchanged"), ("He went away.", "missing"),
-                            ("He left in 1990, yes 1990.", "ambiguous"), ("1990 " * 30, "length"),
-                            ('- "1990"', "length")]:
+    accepted = check_rewrite(TWO, "Prices dropped last week and went up on Friday.", {"k": 1})
+    assert [(s.text, s.start) for s in accepted.spans] == [("last week", 15), ("Friday", 40)]
+    assert accepted.extra == {"k": 1}
+    record = make_record("u", "He left in 1990 after the war.", "1990")
+    cases = [
+        ("", "empty"),
+        ("He  left in 1990 after the war .", "unchanged"),
+        ("He went away after the war.", "missing_span"),
+        ("He left in 1990, yes 1990, after the war.", "ambiguous"),
+        ("He left in 1990 after the war " + "and then more " * 5, "length"),
+        ("1990 war.", "length"),
+        ("He left in1990 after the war.", "missing_span"),
+    ]
+    for rewrite, reason in cases:
         with pytest.raises(AlignmentError) as caught:
-            check_rewrite(UNCHANGED, rewrite, {})
+            check_rewrite(record, rewrite, {})
         assert caught.value.reason == reason, rewrite
+    with pytest.raises(AlignmentError) as caught:
+        check_rewrite(TWO, "On Friday prices rose, after they fell last week.", {})
+    assert caught.value.reason == "order"
 
 
-def test_loopback_server_accepts_retries_and_drops(tmp_path):
+def run(records, script, settings=None, low=frozenset(), **backend_kwargs):
+    backend = ScriptedBackend(script, **backend_kwargs)
+    settings = settings or RewriteSettings(max_attempts=3, seed=13)
+    outcome = rewrite_records(records, backend, settings, scripted_similarity(set(low)))
+    return backend, outcome, adv_p.summarize(outcome, backend, settings)
+
+
+ORIGINAL = "The company reported higher sales on Monday."
+REASON_ANSWERS = {
+    "format": "The firm reported bigger sales on Monday.",  # plain text, not JSON
+    "empty": answer("  "),
+    "unchanged": answer(ORIGINAL),
+    "length": answer("On Monday."),
+    "missing_span": answer("The firm reported bigger sales on Tuesday."),
+    "ambiguous": answer("On Monday the firm reported bigger sales on Monday."),
+    "similarity": answer("The compnay reported lower sales on Monday."),
+    "numbers": answer("The firm reported 3% higher sales on Monday."),
+    "deletion": answer("The company reported sales on Monday."),
+    "generation_error": None,
+}
+
+
+@pytest.mark.parametrize("reason", sorted(REASON_ANSWERS))
+def test_each_rejection_is_counted_with_its_reason(reason):
+    record = make_record("r", ORIGINAL, "Monday")
+    script = {ORIGINAL: {kind: REASON_ANSWERS[reason] for kind in EDIT_KINDS}}
+    low = {"The compnay reported lower sales on Monday."}
+    backend, outcome, stats = run([record], script, low=low)
+    assert outcome.accepted == [] and outcome.dropped_ids == ["r"]
+    assert stats["rejection_reasons"] == {reason: 3}
+    assert sum(stats["rejection_reasons_by_kind"][k][reason] for k in EDIT_KINDS) == 3
+    assert stats["acceptance_rate"] == 0.0 and stats["requests"] == 3
+    assert sorted(kind_of(r) for r in backend.requests) == sorted(EDIT_KINDS)
+
+
+def test_order_rejection_is_counted():
+    script = {TWO.text: {k: answer("On Friday prices rose, after they fell last week.") for k in EDIT_KINDS}}
+    _, _, stats = run([TWO], script)
+    assert stats["rejection_reasons"] == {"order": 3}
+
+
+def test_char_noise_answer_without_a_typo_is_a_kind_rejection():
+    synonyms = answer("The firm announced bigger sales on Monday.")
+    typos = answer("The compnay reported higher slaes on Monday.")
+    _, outcome, stats = run([make_record("r", ORIGINAL, "Monday")], {ORIGINAL: {k: synonyms for k in EDIT_KINDS}},
+                            RewriteSettings(max_attempts=1, seed=1, kinds=("char_noise",)))
+    assert outcome.accepted == [] and stats["rejection_reasons"] == {"kind": 1}
+    _, outcome, _ = run([make_record("r", ORIGINAL, "Monday")], {ORIGINAL: {k: typos for k in EDIT_KINDS}},
+                        RewriteSettings(max_attempts=1, seed=1, kinds=("char_noise",)))
+    assert outcome.accepted[0].extra["edit_kind"] == "char_noise"
+    assert adv_p.has_typo(ORIGINAL, "The compnay reported higher sales on Monday.")
+    assert not adv_p.has_typo(ORIGINAL, "The firm reported higher sales on Monday.")
+
+
+def test_numbers_must_be_kept():
+    record = make_record("n", "Net income rose 21% to $3 million in 1990.", "1990")
+    check_rewrite(record, "Net profit grew 21% to $3 million in 1990.", {})
+    for rewrite in ["Net profit grew 12% to $3 million in 1990.", "Net profit grew to $3 million in 1990.",
+                    "Net profit grew 21 to $3 million in 1990.", "Net profit grew 21% to 3 million in 1990."]:
+        with pytest.raises(AlignmentError) as caught:
+            check_rewrite(record, rewrite, {})
+        assert caught.value.reason == "numbers", rewrite
+
+
+def test_truncated_answer_is_a_format_rejection_and_counted():
+    script = {ORIGINAL: {k: '{"rewritten": "The firm reported' for k in EDIT_KINDS}}
+    _, _, stats = run([make_record("r", ORIGINAL, "Monday")], script, finish_reason="length")
+    assert stats["rejection_reasons"] == {"format": 3} and stats["truncated_answers"] == 3
+
+
+def test_retries_with_the_next_kind_and_records_the_kind():
+    record = make_record("r", ORIGINAL, "Monday")
+    first, second, _ = instance_kinds("r", 13)
+    script = {ORIGINAL: {first: "not json", second: answer("The compnay reported higher sales on Monday.")}}
+    backend, outcome, stats = run([record], script)
+    assert [kind_of(r) for r in backend.requests] == [first, second]
+    (derived,) = outcome.accepted
+    assert derived.extra["edit_kind"] == second and derived.extra["attempts"] == 2
+    assert derived.extra["similarity"] == 1.0 and derived.extra["generator"]["model_id"] == "scripted-rewriter"
+    assert stats["rejection_reasons"] == {"format": 1}
+    assert stats["accepted_by_attempt"] == {2: 1} and stats["edit_kinds"][second] == 1
+    assert stats["edit_kind_shares"][second] == 1.0 and stats["llm_acceptance_rate"] == 1.0
+
+
+def test_max_attempts_bounds_requests():
+    record = make_record("r", ORIGINAL, "Monday")
+    script = {ORIGINAL: {k: "no" for k in EDIT_KINDS}}
+    backend, _, stats = run([record], script, RewriteSettings(max_attempts=5, seed=1))
+    assert len(backend.requests) == 5 and stats["requests"] == 5
+    assert len({r.messages for r in backend.requests}) == 5  # repeated kinds change the prompt
+    backend, _, _ = run([record], script, RewriteSettings(max_attempts=1, seed=1))
+    assert len(backend.requests) == 1
+
+
+def test_rule_fallback_noises_non_gold_words_and_is_labelled():
+    records = [make_record("r", ORIGINAL, "Monday"), TWO]
+    script = {r.text: {k: "no" for k in EDIT_KINDS} for r in records}
+    settings = RewriteSettings(max_attempts=3, seed=13, char_noise_fallback=True)
+    _, outcome, stats = run(records, script, settings)
+    assert [r.id for r in outcome.accepted] == ["r", "two"]
+    for derived, original in zip(outcome.accepted, records):
+        check_spans(derived.text, derived.spans, derived.id)
+        assert [s.text for s in derived.spans] == original.gold_strings()
+        assert derived.text != original.text and len(derived.text.split()) == len(original.text.split())
+        assert derived.extra["edit_kind"] == RULE_KIND and derived.extra["fallback"] is True
+        assert derived.extra["generator"] == {"backend": "rule", "model_id": RULE_KIND}
+    assert stats["acceptance_rate"] == 1.0 and stats["llm_acceptance_rate"] == 0.0
+    assert stats["rule_accepted"] == 2 and stats["edit_kind_shares"][RULE_KIND] == 1.0
+    assert stats["fallback"] == RULE_KIND
+    # seeded: the same text again
+    _, again, _ = run(records, script, settings)
+    assert [r.text for r in again.accepted] == [r.text for r in outcome.accepted]
+
+
+def test_main_writes_valid_records_and_stats(tmp_path, monkeypatch):
+    good = make_record("good", ORIGINAL, "Monday")
+    twice = make_record("twice", "Sales rose in May and fell in May.", "May", "May")
+    bad = make_record("bad", "He left in 1990.", "1990")
+    script = {
+        good.text: {k: answer("The firm reportted bigger sales on Monday.") for k in EDIT_KINDS},
+        twice.text: {k: answer("In May sales rose, and in May they fel.") for k in EDIT_KINDS},
+        bad.text: {k: answer("He went away that year.") for k in EDIT_KINDS},
+    }
+    backend = ScriptedBackend(script)
+    import src.backends
+
+    monkeypatch.setattr(src.backends, "create_backend", lambda name, **options: backend)
     base = tmp_path / "base.jsonl"
-    write_records(base, [GOOD, BROKEN, AMBIGUOUS, UNCHANGED, TWICE])
-    out, stats_path, cache = tmp_path / "adv_p.jsonl", tmp_path / "stats.json", tmp_path / "cache"
-    argv = ["--input", str(base), "--output", str(out), "--backend", "openai", "--model-id", "fake-rewriter",
-            "--seed", "3", "--max-attempts", "3", "--cache-dir", str(cache), "--stats", str(stats_path)]
-    with FakeOpenAIServer(answer=fake_model) as server:
-        adv_p.main(argv + ["--option", f"base_url={server.base_url}", "--option", "max_retries=0"])
-        # good, twice: 1 request each; ambiguous: 2; broken, unchanged: 3 each (then dropped)
-        assert server.request_count == 10
-        assert all(body["temperature"] == 0 for body in server.bodies)
+    write_records(base, [good, twice, bad])
+    out, stats_path, examples = tmp_path / "adv_p.jsonl", tmp_path / "stats.json", tmp_path / "adv_p.md"
+    adv_p.main(["--input", str(base), "--output", str(out), "--backend", "scripted", "--model-id", "x",
+                "--seed", "3", "--max-attempts", "3", "--cache-dir", str(tmp_path / "cache"),
+                "--stats", str(stats_path), "--examples", str(examples)], similarity=scripted_similarity())
+    derived = read_records(out)
+    assert [r.id for r in derived] == ["good", "twice"]
+    for record, original in zip(derived, [good, twice]):
+        check_spans(record.text, record.spans, record.id)
+        assert [s.text for s in record.spans] == original.gold_strings()
+        assert record.extra["edit_kind"] in EDIT_KINDS and record.extra["original_text"] == original.text
+    assert [s.start for s in derived[1].spans] == [3, 26]
+    stats = json.loads(stats_path.read_text())
+    assert stats["instances"] == 3 and stats["accepted"] == 2 and stats["acceptance_rate"] == pytest.approx(2 / 3)
+    assert stats["rejection_reasons"] == {"missing_span": 3} and stats["requests"] == 5
+    assert all(r.response_schema == adv_p.RESPONSE_SCHEMA_TEXT for r in backend.requests)
+    assert "adv_p" in examples.read_text()
+    # a rerun is answered by the response cache
+    adv_p.main(["--input", str(base), "--output", str(out), "--backend", "scripted", "--model-id", "x",
+                "--seed", "3", "--max-attempts", "3", "--cache-dir", str(tmp_path / "cache"),
+                "--stats", str(stats_path)], similarity=scripted_similarity())
+    assert len(backend.requests) == 5 and json.loads(stats_path.read_text())["cached_responses"] == 5
 
-        derived = read_records(out)
-        assert [r.id for r in derived] == ["good", "ambiguous", "twice"]
-        for record in derived:
-            check_spans(record.text, record.spans, record.id)
-        good, ambiguous, _ = derived
-        assert good.text == "On Monday the firm reportted bigger sales."
-        assert good.extra["generator"] == {"backend": "openai", "model_id": "fake-rewriter"}
-        assert good.extra["original_text"] == GOOD.text and good.extra["attempts"] == 1
-        assert ambiguous.extra["attempts"] == 2 and ambiguous.spans[0].start == 24
 
-        stats = json.loads(stats_path.read_text())
-        assert stats["instances"] == 5 and stats["accepted"] == 3 and stats["dropped"] == 2
-        assert stats["acceptance_rate"] == pytest.approx(0.6)
-        assert stats["accepted_by_attempt"] == {"1": 2, "2": 1}
-        assert stats["rejection_reasons"] == {"ambiguous": 1, "missing": 3, "unchanged": 3}
-        assert stats["requests"] == 10 and stats["cached_responses"] == 0
+def test_cli_options():
+    base = ["--input", "b", "--output", "o", "--seed", "1", "--cache-dir", "c"]
+    args = adv_p.build_parser().parse_args(base)
+    assert (args.fallback, args.min_similarity, args.edit_kinds) == ("none", adv_p.MIN_SIMILARITY, EDIT_KINDS)
+    args = adv_p.build_parser().parse_args(base + ["--fallback", "char_noise_rule", "--edit-kinds", "lexical,structural",
+                                                   "--min-similarity", "0.9", "--max-length-ratio", "1.2"])
+    assert args.fallback == RULE_KIND and args.edit_kinds == ("lexical", "structural")
+    assert (args.min_similarity, args.max_length_ratio) == (0.9, 1.2)
+    with pytest.raises(SystemExit):
+        adv_p.build_parser().parse_args(base + ["--edit-kinds", "paraphrase"])
 
-        # a rerun is answered by the cache: no request reaches the server
-        adv_p.main(argv + ["--option", f"base_url={server.base_url}", "--option", "max_retries=0"])
-        assert server.request_count == 10
-        assert json.loads(stats_path.read_text())["cached_responses"] == 10
-        assert [r.to_dict() for r in read_records(out)] == [r.to_dict() for r in derived]
+
+@pytest.mark.slow
+def test_embedded_model_three_instances(tmp_path):
+    """The real SmolLM2 135M and MiniLM on 3 timex instances: whatever is accepted is valid."""
+    out, stats_path = tmp_path / "adv_p.jsonl", tmp_path / "stats.json"
+    adv_p.main(["--input", "data/prepared/timex/base.jsonl", "--output", str(out),
+                "--model-config", "conf/model/smollm2_135m.yaml", "--seed", "13", "--max-attempts", "3",
+                "--cache-dir", str(tmp_path / "cache"), "--limit", "3", "--stats", str(stats_path),
+                "--fallback", "char_noise_rule"])
+    stats = json.loads(stats_path.read_text())
+    base = {r.id: r for r in read_records("data/prepared/timex/base.jsonl")}
+    derived = read_records(out)
+    assert stats["instances"] == 3 and stats["accepted"] == len(derived)
+    llm_rejections = sum(sum(stats["rejection_reasons_by_kind"].get(k, {}).values()) for k in EDIT_KINDS)
+    assert llm_rejections + stats["llm_accepted"] == stats["requests"]
+    for record in derived:
+        check_spans(record.text, record.spans, record.id)
+        assert [s.text for s in record.spans] == base[record.id].gold_strings()
+        assert record.extra["similarity"] >= stats["thresholds"]["min_similarity"]
+        assert record.extra["edit_kind"] in EDIT_KINDS + (RULE_KIND,)

@@ -226,3 +226,17 @@ def test_gold_answers_of_train_records_validate_and_parse_back(task, abductive, 
         else:
             assert parsed.predictions == list(dict.fromkeys(s.text.strip() for s in spans if s.text.strip()))
         assert (parsed.reasoning_steps is not None) is abductive
+
+
+def test_spans_restricted_to_the_inputs_word_ngrams():
+    from src.prompts.answer_schema import input_spans, restrict_to_input
+
+    text = 'Sales rose "sharply" last week.'
+    spans = input_spans(text, 2)
+    assert spans == ["Sales", "Sales rose", "rose", "sharply", "last", "last week", "week", "week.", "."]
+    schema = restrict_to_input(answer_schema("timex", True, "compact"), text)
+    props = schema["properties"]
+    assert props["spans"]["items"]["enum"][:2] == ["Sales", "Sales rose"] and "last week" in props["spans"]["items"]["enum"]
+    assert all('"' not in s for s in props["spans"]["items"]["enum"]), "quotes break llama.cpp grammar literals"
+    assert "enum" not in props["reasoning_steps"]["items"], "reasoning stays free text"
+    assert restrict_to_input(answer_schema("timex", False), "word " * 200) == answer_schema("timex", False)

