@@ -1,7 +1,7 @@
 """Fine-tuning and inference throughput of the offline encoder on CPU, with a scored sanity check.
 
 Trains ``--model`` (default the offline encoder, MiniLM) on the full train split of
-``--task`` with the study's hyperparameters (``TrainConfig`` defaults) on ``--threads``
+``--task`` with the study's hyperparameters (params.yaml's ``finetune`` block) on ``--threads``
 torch threads, then measures prediction examples/s on the base test set batched
 (``--batch-size``) against a batch-size-1 reference on the same records, and the
 windowed throughput on the ``len`` documents. The base predictions are scored with the
@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", default=None, help="keep the checkpoint in this folder (default: a temp folder)")
     parser.add_argument("--output", default=str(ROOT / "benchmarks" / "results" / "finetune.json"))
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a TrainConfig value (default: the study's values)")
+                        help="override a finetune value of params.yaml")
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -73,13 +73,13 @@ def main(argv: list[str] | None = None) -> int:
 
     from src.data.schema import read_records
     from src.finetune.predict import TokenClassifier, write_predictions
-    from src.finetune.train import TrainConfig, parse_overrides, run
+    from src.finetune.train import load_config, parse_overrides, run
     from src.score import score_files
 
     torch.set_num_threads(args.threads)
     data = Path(args.data_dir) / args.task
     values = {"num_threads": args.threads, "report_to": "none", "data_dir": args.data_dir}
-    config = TrainConfig.from_dict({**values, **parse_overrides(args.overrides)}, "--set")
+    config = load_config(overrides={**values, **parse_overrides(args.overrides)})
     out = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="bench_finetune_"))
     load_before = load_average()
     started = time.perf_counter()

@@ -5,10 +5,23 @@ Usage::
     python -m src.finetune.train --model minilm --task timex --out models/finetuned/minilm-timex \\
         [--params params.yaml] [--limit 64] [--set learning_rate=3e-5 --set seed=1]
 
-Hyperparameters live in :class:`TrainConfig` (defaults = the study's values), read from
-the ``finetune`` block of ``params.yaml`` and overridable with ``--set key=value``.
+Configuration is read one way: :class:`TrainConfig` is an OmegaConf structured-config schema
+(types only, every field mandatory); the values come from ``params.yaml`` -- the top-level
+``seed`` and ``paths.prepared``, then the ``finetune`` block, then its ``models.<model>``
+mapping, then ``--set key=value`` -- so each default is written once, in ``params.yaml``.
+
+With ``include_negatives`` the training and validation sets hold, beside the prepared
+sentences with targets, the target-free sentences of the same documents
+(:mod:`src.finetune.negatives`), so that the tagger learns to predict nothing on running text;
+the best model is chosen on validation F1 over those whole sentences.
+
 The output folder holds the best model (by validation entity F1, seqeval), its tokenizer,
-``label_map.json`` and ``training_summary.json``; :meth:`TokenClassifier.load` reads it.
+``label_map.json``, ``training_summary.json`` and, when the run is tracked,
+``training_run.json`` (``run_id`` of the MLflow run, for the evaluation run to link to);
+:meth:`TokenClassifier.load` reads it. Every tracked run is one MLflow run named
+``{model}-{task}-train`` (tag ``kind=training``) in the project's store
+(:func:`src.tracking.tracking_uri`): hyperparameters and data version as params, loss and
+validation metrics per logging/evaluation step, training time, checkpoint path and weights hash.
 
 Two schedule values adapt to small runs (both recorded in the summary):
 warmup is ``min(warmup_steps, warmup_max_fraction * total steps)``, so a run shorter than
@@ -20,104 +33,75 @@ evaluated at least once, and the last step is always evaluated.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import hashlib
 import json
 import logging
 import math
-import os
 import shutil
+import signal
+import sys
 import time
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
+from omegaconf import MISSING, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from src.cli import optional_int
 from src.data.schema import Record, read_records
 from src.finetune.align import EncodedSentence, encode_tagged
 from src.finetune.bio import record_to_bio, span_label_for_task, tag_set
 from src.finetune.predict import model_window, save_label_map
+from src.params import PARAMS_FILE
 
 logger = logging.getLogger(__name__)
 
 SUMMARY_FILE = "training_summary.json"
-REPORT_CHOICES = ("auto", "mlflow", "none")
+RUN_FILE = "training_run.json"
+REPORT_CHOICES = ("mlflow", "none")
+DEFAULT_EXPERIMENT = "tempgen"  # conf/config.yaml mlflow.experiment, as src.finetune.evaluate
+WEIGHT_PATTERNS = ("model*.safetensors", "pytorch_model*.bin")
 
 
 @dataclass
 class TrainConfig:
-    """Fine-tuning hyperparameters; the defaults are the study's values.
+    """Fine-tuning hyperparameters: the schema only; the values live in ``params.yaml``.
 
-    Attributes beyond the usual Trainer ones: ``warmup_max_fraction`` caps warmup for
-    short runs (module docstring); ``max_steps`` > 0 overrides the epochs (smoke runs);
-    ``max_length`` caps the pieces per sentence (also the inference window);
-    ``full_determinism`` asks torch for deterministic kernels on top of the seeds;
-    ``num_threads`` sets torch's CPU threads (null: torch's default; on a CPU shared with
-    other busy processes 1 thread can be much faster than 2); ``report_to`` is ``auto``
-    (MLflow when ``MLFLOW_TRACKING_URI`` is set), ``mlflow`` or ``none``; ``data_dir``
-    holds ``{task}/train.jsonl`` and ``{task}/val.jsonl``.
+    Beyond the usual Trainer ones: ``warmup_max_fraction`` caps warmup for short runs
+    (module docstring); ``max_steps`` > 0 overrides the epochs (smoke runs); ``max_length``
+    caps the pieces per sentence (also the inference window); ``full_determinism`` asks
+    torch for deterministic kernels on top of the seeds; ``num_threads`` sets torch's CPU
+    threads (null: torch's default); ``report_to`` is ``mlflow`` (one MLflow run per
+    training) or ``none``; ``include_negatives`` adds the target-free sentences of the
+    train/val documents; ``seed`` and ``data_dir`` come from the top-level ``seed`` and
+    ``paths.prepared`` (``data_dir`` holds ``{task}/train.jsonl`` and ``{task}/val.jsonl``).
     """
 
-    learning_rate: float = 2e-5
-    weight_decay: float = 0.01
-    warmup_steps: int = 500
-    warmup_max_fraction: float = 0.1
-    num_train_epochs: float = 3.0
-    max_steps: int = -1
-    train_batch_size: int = 16
-    eval_batch_size: int = 32
-    eval_steps: int = 250
-    early_stopping_patience: int = 3
-    seed: int = 42
-    max_length: int = 512
-    logging_steps: int = 50
-    full_determinism: bool = True
-    num_threads: int | None = None
-    report_to: str = "auto"
-    data_dir: str = "data/prepared"
+    learning_rate: float = MISSING
+    weight_decay: float = MISSING
+    warmup_steps: int = MISSING
+    warmup_max_fraction: float = MISSING
+    num_train_epochs: float = MISSING
+    max_steps: int = MISSING
+    train_batch_size: int = MISSING
+    eval_batch_size: int = MISSING
+    eval_steps: int = MISSING
+    early_stopping_patience: int = MISSING
+    max_length: int = MISSING
+    logging_steps: int = MISSING
+    full_determinism: bool = MISSING
+    num_threads: int | None = MISSING
+    report_to: str = MISSING
+    include_negatives: bool = MISSING
+    seed: int = MISSING
+    data_dir: str = MISSING
 
-    @classmethod
-    def from_dict(cls, values: dict[str, Any], where: str = "finetune") -> "TrainConfig":
-        """Build from a mapping; unknown keys and wrongly typed values are errors naming ``where``."""
-        known = {f.name: f for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - set(known))
-        if unknown:
-            raise ValueError(f"{where}: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-        converted = {}
-        for key, value in values.items():
-            converted[key] = _coerce(known[key], value, where)
-        config = cls(**converted)
-        config.validate(where)
-        return config
-
-    @classmethod
-    def from_params(
-        cls, path: str | Path, overrides: dict[str, Any] | None = None, model: str | None = None
-    ) -> "TrainConfig":
-        """The ``finetune`` block of a params file (absent block = defaults) plus overrides.
-
-        Precedence, lowest first: the file's top-level ``seed`` and ``paths.prepared``
-        (so neither is written twice), the block's keys, the block's ``models.<model>``
-        mapping (values one model needs, e.g. a higher learning rate for the small
-        MiniLM), then ``overrides``.
-        """
-        params = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-        block = dict(params.get("finetune") or {})
-        if not isinstance(params.get("finetune") or {}, dict):
-            raise ValueError(f"{path}: 'finetune' must be a mapping")
-        per_model = block.pop("models", None) or {}
-        if not isinstance(per_model, dict) or not all(isinstance(v, dict) for v in per_model.values()):
-            raise ValueError(f"{path}: finetune.models must map model names to mappings")
-        shared: dict[str, Any] = {}
-        if "seed" in params:
-            shared["seed"] = params["seed"]
-        if isinstance(params.get("paths"), dict) and "prepared" in params["paths"]:
-            shared["data_dir"] = params["paths"]["prepared"]
-        model_values = per_model.get(model, {}) if model else {}
-        return cls.from_dict({**shared, **block, **model_values, **(overrides or {})}, where=f"{path}: finetune")
-
-    def validate(self, where: str = "finetune") -> None:
+    def validate(self, where: str = "finetune") -> TrainConfig:
+        """Range checks OmegaConf's types cannot express; returns the config."""
         if self.report_to not in REPORT_CHOICES:
             raise ValueError(f"{where}: report_to must be one of {REPORT_CHOICES}, got {self.report_to!r}")
         for name in ("train_batch_size", "eval_batch_size", "eval_steps", "logging_steps", "max_length", "num_threads"):
@@ -125,50 +109,65 @@ class TrainConfig:
                 raise ValueError(f"{where}: {name} must be >= 1, got {getattr(self, name)}")
         if not 0.0 <= self.warmup_max_fraction <= 1.0:
             raise ValueError(f"{where}: warmup_max_fraction must be in [0, 1], got {self.warmup_max_fraction}")
+        return self
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     def reports_to_mlflow(self) -> bool:
-        """MLflow gets the per-step metrics when asked, or in ``auto`` when a tracking URI is set."""
-        return self.report_to == "mlflow" or (self.report_to == "auto" and bool(os.environ.get("MLFLOW_TRACKING_URI")))
+        return self.report_to == "mlflow"
 
 
-def _coerce(spec: dataclasses.Field, value: Any, where: str) -> Any:
-    type_name = str(spec.type)
-    if type_name.endswith(" | None"):
-        if value is None:
-            return None
-        type_name = type_name.removesuffix(" | None")
-    kind = {"float": float, "int": int, "bool": bool, "str": str}.get(type_name)
-    if kind is None:
-        return value
-    if kind is bool and not isinstance(value, bool):
-        raise ValueError(f"{where}: {spec.name} must be true or false, got {value!r}")
-    if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
-        raise ValueError(f"{where}: {spec.name} must be an integer, got {value!r}")
-    if kind is float and isinstance(value, str):
-        # PyYAML reads "2e-5" (no dot) as a string: accept any spelling float() accepts.
-        try:
-            return float(value)
-        except ValueError:
-            pass
-    if kind is float and (isinstance(value, bool) or not isinstance(value, (int, float))):
-        raise ValueError(f"{where}: {spec.name} must be a number, got {value!r}")
-    if kind is str and not isinstance(value, str):
-        raise ValueError(f"{where}: {spec.name} must be a string, got {value!r}")
-    return kind(value)
+def make_config(*layers: Mapping[str, Any], where: str = "finetune") -> TrainConfig:
+    """Merge mappings (lowest precedence first) onto the schema; every field must end up set.
+
+    Unknown keys, wrongly typed values and missing values are ValueErrors naming ``where``.
+    """
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(TrainConfig), *[OmegaConf.create(dict(layer)) for layer in layers])
+        config = OmegaConf.to_object(merged)
+    except OmegaConfBaseException as exc:
+        raise ValueError(f"{where}: {str(exc).splitlines()[0]}") from None
+    assert isinstance(config, TrainConfig)
+    return config.validate(where)
 
 
 def parse_overrides(items: list[str]) -> dict[str, Any]:
-    """``["lr=1e-4", "seed=3"]`` -> values parsed as YAML scalars."""
-    out = {}
+    """``["learning_rate=1e-4", "seed=3"]`` -> a mapping (OmegaConf dot-list values)."""
     for item in items:
-        key, sep, raw = item.partition("=")
-        if not sep or not key:
+        key, sep, _ = item.partition("=")
+        if not sep or not key.strip():
             raise ValueError(f"override {item!r} is not key=value")
-        out[key.strip()] = yaml.safe_load(raw)
-    return out
+    return OmegaConf.to_container(OmegaConf.from_dotlist(list(items)))  # type: ignore[return-value]
+
+
+def load_config(
+    params: str | Path = PARAMS_FILE, overrides: Mapping[str, Any] | None = None, model: str | None = None
+) -> TrainConfig:
+    """The configuration of one training run, read from a params file.
+
+    Precedence, lowest first: the file's top-level ``seed`` and ``paths.prepared`` (so
+    neither is written twice), the ``finetune`` block, its ``models.<model>`` mapping
+    (values one model needs, e.g. a higher learning rate for the small MiniLM), then
+    ``overrides``.
+    """
+    values = OmegaConf.to_container(OmegaConf.load(params)) or {}
+    if not isinstance(values, dict):
+        raise ValueError(f"{params}: not a mapping")
+    block = values.get("finetune") or {}
+    if not isinstance(block, dict):
+        raise ValueError(f"{params}: 'finetune' must be a mapping")
+    block = dict(block)
+    per_model = block.pop("models", None) or {}
+    if not isinstance(per_model, dict) or not all(isinstance(v, dict) for v in per_model.values()):
+        raise ValueError(f"{params}: finetune.models must map model names to mappings")
+    shared: dict[str, Any] = {}
+    if "seed" in values:
+        shared["seed"] = values["seed"]
+    if isinstance(values.get("paths"), dict) and "prepared" in values["paths"]:
+        shared["data_dir"] = values["paths"]["prepared"]
+    model_values = per_model.get(model, {}) if model else {}
+    return make_config(shared, block, model_values, overrides or {}, where=f"{params}: finetune")
 
 
 def schedule(config: TrainConfig, n_train: int) -> dict[str, int]:
@@ -251,7 +250,7 @@ def training_arguments(config: TrainConfig, plan: dict[str, int], checkpoint_dir
         logging_strategy="steps",
         logging_steps=config.logging_steps,
         logging_first_step=True,
-        report_to=["mlflow"] if config.reports_to_mlflow() else "none",
+        report_to="none",  # MLflow: one run per training, opened by train_classifier (mlflow_metrics_callback)
         run_name=run_name,
         seed=config.seed,
         data_seed=config.seed,
@@ -259,6 +258,61 @@ def training_arguments(config: TrainConfig, plan: dict[str, int], checkpoint_dir
         disable_tqdm=False,
         dataloader_num_workers=0,
     )
+
+
+def mlflow_metrics_callback() -> Any:
+    """A TrainerCallback that logs every Trainer log (loss, learning rate, eval_*) into the active MLflow run."""
+    from transformers import TrainerCallback
+
+    class MlflowMetrics(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            import mlflow
+
+            numeric = {k: float(v) for k, v in (logs or {}).items()
+                       if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
+            if numeric and mlflow.active_run() is not None:
+                mlflow.log_metrics(numeric, step=state.global_step)
+
+    return MlflowMetrics()
+
+
+def weights_digest(directory: str | Path) -> str:
+    """SHA-256 over the saved weight files of a checkpoint folder (names and bytes, sorted)."""
+    directory = Path(directory)
+    files = sorted({p for pattern in WEIGHT_PATTERNS for p in directory.glob(pattern)})
+    if not files:
+        raise FileNotFoundError(f"{directory}: no weight files ({', '.join(WEIGHT_PATTERNS)})")
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(path.name.encode("utf-8"))
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
+@contextlib.contextmanager
+def training_run(config: TrainConfig, run_name: str, experiment: str, tracking_uri: str | None) -> Iterator[Any]:
+    """The MLflow run of one training (None when ``report_to`` is ``none``), closed in a finally."""
+    if not config.reports_to_mlflow():
+        yield None
+        return
+    import mlflow
+
+    from src.tracking import start_experiment
+
+    start_experiment(experiment, tracking_uri)
+    active = mlflow.start_run(run_name=run_name)
+    status = "FAILED"
+    try:
+        mlflow.set_tags({"kind": "training"})
+        yield active
+        status = "FINISHED"
+    except (KeyboardInterrupt, SystemExit):  # Ctrl-C, or SIGTERM (main installs the handler)
+        status = "KILLED"
+        raise
+    finally:
+        mlflow.end_run(status=status)
 
 
 def train_classifier(
@@ -271,8 +325,67 @@ def train_classifier(
     out_dir: str | Path,
     run_name: str = "finetune",
     summary_extra: dict[str, Any] | None = None,
+    experiment: str = DEFAULT_EXPERIMENT,
+    tracking_uri: str | None = None,
+    data_files: list[Path] | None = None,
 ) -> dict[str, Any]:
-    """Fine-tune ``model`` and write the best checkpoint to ``out_dir``; returns the summary."""
+    """Fine-tune ``model`` and write the best checkpoint to ``out_dir``; returns the summary.
+
+    With ``report_to: mlflow`` the training is one MLflow run (``run_name``, tag
+    ``kind=training``) in ``tracking_uri`` (default: :func:`src.tracking.tracking_uri`) and
+    its id is written to ``out_dir/training_run.json``; ``data_files`` give the data version.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / RUN_FILE).unlink(missing_ok=True)  # never leave a stale link to an earlier run
+    with training_run(config, run_name, experiment, tracking_uri) as active:
+        summary = _train(model, tokenizer, train_records, val_records, label, config, out, run_name, summary_extra,
+                         tracked=active is not None)
+        if active is not None:
+            _log_training(active, summary, config, out, data_files or [], experiment)
+    return summary
+
+
+def _log_training(active: Any, summary: dict[str, Any], config: TrainConfig, out: Path,
+                  data_files: list[Path], experiment: str) -> None:
+    """Params, final metrics, tags and the summary of a finished training into its run; writes RUN_FILE."""
+    import mlflow
+
+    from src.tracking import data_version, git_commit
+
+    digest = weights_digest(out)
+    version = data_version([Path(p) for p in data_files]) if data_files else "unknown"
+    extra = {k: v for k, v in summary.items() if k in ("model", "family", "task", "train_file", "val_file", "limit",
+                                                       "n_train", "n_val", "n_train_negatives", "n_val_negatives",
+                                                       "max_length")}
+    params = {**config.to_dict(), **{f"schedule.{k}": v for k, v in summary["schedule"].items()},
+              **{("window" if k == "max_length" else k): v for k, v in extra.items()},
+              "data_version": version, "git_commit": git_commit()}
+    mlflow.log_params(params)
+    final = {
+        "train_time_s": summary["train_time_s"],
+        "eval_time_s": summary["eval_time_s"],
+        "best_val_f1": summary["best_val_f1"],
+        "best_step": summary["best_step"],
+        "train_examples_per_s": summary["train_examples_per_s"],
+        **{f"best_val_{k}": v for k, v in summary["val_metrics"].items()},
+    }
+    mlflow.log_metrics({k: float(v) for k, v in final.items() if isinstance(v, (int, float)) and not isinstance(v, bool)})
+    mlflow.set_tags({"model": summary.get("model", ""), "task": summary.get("task", ""),
+                     "checkpoint": str(out.resolve()), "weights_sha256": digest, "data_version": version})
+    mlflow.log_text(json.dumps(summary, indent=1), "training/" + SUMMARY_FILE)
+    link = {"run_id": active.info.run_id, "experiment_id": active.info.experiment_id, "experiment": experiment,
+            "tracking_uri": mlflow.get_tracking_uri(), "run_name": active.info.run_name,
+            "weights_sha256": digest, "data_version": version}
+    (out / RUN_FILE).write_text(json.dumps(link, indent=2) + "\n", encoding="utf-8")
+    summary["mlflow_run_id"] = active.info.run_id
+    (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+
+
+def _train(model: Any, tokenizer: Any, train_records: list[Record], val_records: list[Record], label: str,
+           config: TrainConfig, out: Path, run_name: str, summary_extra: dict[str, Any] | None,
+           tracked: bool) -> dict[str, Any]:
+    """The training itself: encode, run the Trainer, save the best model and the summary."""
     from transformers import DataCollatorForTokenClassification, EarlyStoppingCallback, Trainer, TrainerCallback
 
     if config.num_threads is not None:
@@ -284,8 +397,6 @@ def train_classifier(
     labels = tag_set(label)
     if [model.config.id2label[i] for i in range(model.config.num_labels)] != labels:
         raise ValueError(f"the model's labels {model.config.id2label} are not {labels}")
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     checkpoints = out / "checkpoints"
     max_length = model_window(model, tokenizer, config.max_length)
     train_set = encode_records(train_records, label, tokenizer, max_length)
@@ -301,6 +412,9 @@ def train_classifier(
                 control.should_save = True
             return control
 
+    callbacks = [EarlyStoppingCallback(early_stopping_patience=config.early_stopping_patience), EvaluateAtEnd()]
+    if tracked:
+        callbacks.append(mlflow_metrics_callback())
     arguments = training_arguments(config, plan, checkpoints, run_name)
     trainer = Trainer(
         model=model,
@@ -310,7 +424,7 @@ def train_classifier(
         data_collator=DataCollatorForTokenClassification(tokenizer, label_pad_token_id=-100),
         processing_class=tokenizer,
         compute_metrics=make_compute_metrics(val_set, labels),
-        callbacks=[EarlyStoppingCallback(early_stopping_patience=config.early_stopping_patience), EvaluateAtEnd()],
+        callbacks=callbacks,
     )
     logger.info("training on %d sentences, validating on %d: %s", len(train_set), len(val_set), plan)
     started = time.perf_counter()
@@ -365,29 +479,49 @@ def _checkpoint_step(path: str | None) -> int | None:
 
 
 def run(model_name: str, task: str, out_dir: str | Path, config: TrainConfig, limit: int | None = None,
-        train_file: str | Path | None = None, val_file: str | Path | None = None) -> dict[str, Any]:
-    """Load the model and the task's splits, train, and write the checkpoint."""
+        train_file: str | Path | None = None, val_file: str | Path | None = None,
+        params: str | Path | Mapping[str, Any] = PARAMS_FILE, experiment: str = DEFAULT_EXPERIMENT,
+        tracking_uri: str | None = None) -> dict[str, Any]:
+    """Load the model and the task's splits (plus negatives), train, and write the checkpoint.
+
+    ``params`` (the parameter file) tells :func:`src.finetune.negatives.negative_sentences`
+    how the prepared splits were built; negatives need the prepared files, not ``--train-file``.
+    """
     from transformers import set_seed
 
     from src.finetune.models import get_spec, load_model, load_tokenizer
+    from src.finetune.negatives import load_params, negative_sentences, with_negatives
 
     spec = get_spec(model_name)
     label = span_label_for_task(task)
-    train_path = Path(train_file) if train_file else Path(config.data_dir) / task / "train.jsonl"
-    val_path = Path(val_file) if val_file else Path(config.data_dir) / task / "val.jsonl"
-    for path in (train_path, val_path):
+    prepared = {"train": Path(config.data_dir) / task / "train.jsonl", "val": Path(config.data_dir) / task / "val.jsonl"}
+    paths = {"train": Path(train_file) if train_file else prepared["train"],
+             "val": Path(val_file) if val_file else prepared["val"]}
+    for path in paths.values():
         if not path.is_file():
             raise FileNotFoundError(f"{path} does not exist (run the prepare stage first)")
-    train_records, val_records = read_records(train_path), read_records(val_path)
-    if limit is not None:
-        train_records, val_records = train_records[:limit], val_records[:limit]
+    if config.include_negatives and (paths != prepared):
+        raise ValueError("include_negatives adds the target-free sentences of the prepared splits "
+                         f"({prepared['train']}, {prepared['val']}); with other files set include_negatives=false")
+    records, negatives = {}, {"train": 0, "val": 0}
+    for split, path in paths.items():
+        positives = read_records(path)
+        if config.include_negatives:
+            extra = negative_sentences(task, split, {**load_params(params), "paths": {"prepared": config.data_dir}})
+            records[split] = with_negatives(positives, extra, limit)
+            negatives[split] = sum(1 for r in records[split] if not r.spans)
+        else:
+            records[split] = positives[:limit] if limit is not None else positives
     set_seed(config.seed)  # the new classification head is initialised from this seed
     tokenizer = load_tokenizer(spec)
     model = load_model(spec, tag_set(label), tokenizer)
-    extra = {"model": model_name, "family": spec.family, "task": task,
-             "train_file": str(train_path), "val_file": str(val_path), "limit": limit}
-    return train_classifier(model, tokenizer, train_records, val_records, label, config, out_dir,
-                            run_name=f"finetune-{model_name}-{task}", summary_extra=extra)
+    run_name = f"{model_name}-{task}-train"
+    extra = {"model": model_name, "family": spec.family, "task": task, "run_name": run_name,
+             "train_file": str(paths["train"]), "val_file": str(paths["val"]), "limit": limit,
+             "n_train_negatives": negatives["train"], "n_val_negatives": negatives["val"]}
+    return train_classifier(model, tokenizer, records["train"], records["val"], label, config, out_dir,
+                            run_name=run_name, summary_extra=extra, experiment=experiment,
+                            tracking_uri=tracking_uri, data_files=list(paths.values()))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -395,21 +529,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", required=True, help="model choice (src.finetune.models.MODEL_SPECS)")
     parser.add_argument("--task", required=True, choices=["timex", "eventx"])
     parser.add_argument("--out", required=True, help="checkpoint folder to write")
-    parser.add_argument("--params", default=None, help="params.yaml with a 'finetune' block (default: built-in values)")
+    parser.add_argument("--params", default=str(PARAMS_FILE),
+                        help="params.yaml with the 'finetune' block (default: the project's params.yaml)")
     parser.add_argument("--limit", type=optional_int, default=None,
-                        help="use only the first N train and N val records ('null': all, for DVC templating)")
+                        help="use only the first N train and N val records with targets (and the target-free "
+                             "sentences of their documents); 'null': all, for DVC templating")
     parser.add_argument("--train-file", default=None, help="default: <data_dir>/<task>/train.jsonl")
     parser.add_argument("--val-file", default=None, help="default: <data_dir>/<task>/val.jsonl")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a finetune parameter (repeatable)")
+    parser.add_argument("--experiment", default=DEFAULT_EXPERIMENT, help="MLflow experiment")
+    parser.add_argument("--tracking-uri", default=None, help="default: $MLFLOW_TRACKING_URI, else mlruns/mlflow.db")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    overrides = parse_overrides(args.overrides)
-    if args.params:
-        config = TrainConfig.from_params(args.params, overrides, model=args.model)
-    else:
-        config = TrainConfig.from_dict(overrides, "--set")
-    summary = run(args.model, args.task, args.out, config, args.limit, args.train_file, args.val_file)
+    # A terminated training (kill, a DVC or CI timeout) unwinds, so its MLflow run is closed as KILLED.
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    try:
+        config = load_config(args.params, parse_overrides(args.overrides), model=args.model)
+        summary = run(args.model, args.task, args.out, config, args.limit, args.train_file, args.val_file,
+                      params=args.params, experiment=args.experiment, tracking_uri=args.tracking_uri)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     logger.info("best validation F1 %.4f at step %s; %.1f s, %.1f examples/s; checkpoint in %s",
                 summary["best_val_f1"] or 0.0, summary["best_step"], summary["train_time_s"],
                 summary["train_examples_per_s"] or 0.0, args.out)

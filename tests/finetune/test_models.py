@@ -87,7 +87,7 @@ def test_smollm2_gguf_trains_as_a_token_classifier(tmp_path):
     from src.data.schema import Record
     from src.finetune.models import load_model, load_tokenizer
     from src.finetune.predict import TokenClassifier
-    from src.finetune.train import TrainConfig, train_classifier
+    from src.finetune.train import load_config, train_classifier
 
     threads = torch.get_num_threads()
     spec = get_spec("smollm2")
@@ -97,7 +97,8 @@ def test_smollm2_gguf_trains_as_a_token_classifier(tmp_path):
     assert isinstance(model, LlamaForTokenClassification)
     assert model.config.pad_token_id == tokenizer.pad_token_id == tokenizer.eos_token_id
     records = make_records(24, seed=3)
-    config = TrainConfig(learning_rate=1e-4, train_batch_size=8, max_steps=2, logging_steps=1, max_length=64, num_threads=1)
+    config = load_config(overrides={"learning_rate": 1e-4, "train_batch_size": 8, "max_steps": 2, "logging_steps": 1,
+                                    "max_length": 64, "num_threads": 1, "report_to": "none", "include_negatives": False})
     try:
         summary = train_classifier(model, tokenizer, records[:16], records[16:], "TIMEX", config, tmp_path / "smollm2")
     finally:

@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 from src.data.schema import write_records
 from src.finetune.align import EncodedSentence
-from src.finetune.train import TrainConfig, make_compute_metrics, parse_overrides, schedule
+from src.finetune.train import TrainConfig, load_config, make_compute_metrics, make_config, parse_overrides, schedule
+from src.params import PARAMS_FILE
 
 from .conftest import make_records
+
+PREPARED = PARAMS_FILE.parent / "data" / "prepared"
 
 
 @pytest.fixture(autouse=True)
@@ -31,57 +37,93 @@ def restore_threads():
     torch.set_num_threads(threads)
 
 
-def test_defaults_are_the_study_values():
-    config = TrainConfig()
-    assert (config.learning_rate, config.weight_decay, config.warmup_steps) == (2e-5, 0.01, 500)
-    assert (config.num_train_epochs, config.train_batch_size, config.eval_batch_size) == (3, 16, 32)
-    assert (config.eval_steps, config.early_stopping_patience) == (250, 3)
+# Tests set these two themselves, so they hold whatever params.yaml says (checked separately).
+LOCAL = {"include_negatives": False, "report_to": "none"}
+
+
+def project_block() -> dict:
+    """The project's finetune block without the per-model mapping (the values tests start from)."""
+    block = dict(yaml.safe_load(PARAMS_FILE.read_text(encoding="utf-8"))["finetune"])
+    block.pop("models", None)
+    return block
+
+
+def train_config(**values) -> TrainConfig:
+    """The project's values, then ``values``: what a test trains with."""
+    return make_config({"seed": 13, "data_dir": "data/prepared"}, project_block(), LOCAL, values, where="test")
+
+
+def write_params(path: Path, text: str) -> Path:
+    """A params file holding the project's finetune block, the keys of LOCAL and then ``text``."""
+    block = {**project_block(), **LOCAL}
+    extra = yaml.safe_load(text) or {}
+    merged = {**{k: v for k, v in extra.items() if k != "finetune"}, "finetune": {**block, **(extra.get("finetune") or {})}}
+    path.write_text(yaml.safe_dump(merged), encoding="utf-8")
+    return path
+
+
+def test_params_yaml_holds_the_study_values_and_every_key():
+    """The defaults live in params.yaml only: the schema has none, the file has them all."""
+    assert all(f.default is dataclasses.MISSING or f.default == "???" for f in dataclasses.fields(TrainConfig))
+    with pytest.raises(ValueError, match="missing mandatory value"):
+        make_config({}, where="empty")
+    study = load_config(PARAMS_FILE, model="roberta-base")
+    assert (study.learning_rate, study.weight_decay, study.warmup_steps) == (2e-5, 0.01, 500)
+    assert (study.num_train_epochs, study.train_batch_size, study.eval_batch_size) == (3, 16, 32)
+    assert (study.eval_steps, study.early_stopping_patience) == (250, 3)
+    assert study.include_negatives is True and study.report_to == "mlflow"
+    for hub_model in ("gpt2", "flan-t5-small"):
+        assert load_config(PARAMS_FILE, model=hub_model) == study  # the study's values for every hub model
+    assert load_config(PARAMS_FILE, model="minilm").learning_rate == pytest.approx(1e-4)
 
 
 def test_params_block_and_overrides(tmp_path):
-    params = tmp_path / "params.yaml"
-    params.write_text("seed: 1\nfinetune:\n  learning_rate: 3e-5\n  seed: 7\n  report_to: none\n", encoding="utf-8")
-    config = TrainConfig.from_params(params, parse_overrides(["eval_steps=100", "num_train_epochs=2"]))
-    assert config.learning_rate == pytest.approx(3e-5)  # YAML reads "3e-5" as a string; still a float here
-    assert (config.seed, config.eval_steps, config.num_train_epochs, config.report_to) == (7, 100, 2.0, "none")
-    assert TrainConfig.from_params(tmp_path / "params.yaml").seed == 7
-    assert TrainConfig.from_dict({"num_threads": None}).num_threads is None
-    (tmp_path / "empty.yaml").write_text("other: 1\n", encoding="utf-8")
-    assert TrainConfig.from_params(tmp_path / "empty.yaml") == TrainConfig()
-    (tmp_path / "shared.yaml").write_text("seed: 13\npaths:\n  prepared: elsewhere\nfinetune:\n  eval_steps: 5\n")
-    shared = TrainConfig.from_params(tmp_path / "shared.yaml")
+    params = write_params(tmp_path / "params.yaml", "seed: 1\npaths: {prepared: p}\nfinetune:\n  learning_rate: 3e-5\n  seed: 7\n")
+    loaded = load_config(params, parse_overrides(["eval_steps=100", "num_train_epochs=2"]))
+    assert loaded.learning_rate == pytest.approx(3e-5)  # YAML reads "3e-5" as a string; still a float here
+    assert (loaded.seed, loaded.eval_steps, loaded.num_train_epochs, loaded.report_to) == (7, 100, 2.0, "none")
+    assert load_config(params).seed == 7
+    assert load_config(params, {"num_threads": None}).num_threads is None
+    shared = load_config(write_params(tmp_path / "shared.yaml", "seed: 13\npaths:\n  prepared: elsewhere\n"),
+                         {"eval_steps": 5})
     assert (shared.seed, shared.data_dir, shared.eval_steps) == (13, "elsewhere", 5)
+    (tmp_path / "empty.yaml").write_text("other: 1\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="empty.yaml: finetune: .*missing mandatory value"):
+        load_config(tmp_path / "empty.yaml")
 
 
 def test_per_model_values_sit_between_the_block_and_the_command_line(tmp_path):
-    params = tmp_path / "params.yaml"
-    params.write_text(
-        "finetune:\n  learning_rate: 2e-5\n  models:\n    minilm:\n      learning_rate: 1e-4\n      seed: 3\n",
-        encoding="utf-8",
+    params = write_params(
+        tmp_path / "params.yaml",
+        "seed: 1\npaths: {prepared: p}\nfinetune:\n  learning_rate: 2e-5\n  models:\n    minilm:\n"
+        "      learning_rate: 1e-4\n      seed: 3\n",
     )
-    assert TrainConfig.from_params(params, model="smollm2").learning_rate == pytest.approx(2e-5)
-    minilm = TrainConfig.from_params(params, model="minilm")
+    assert load_config(params, model="smollm2").learning_rate == pytest.approx(2e-5)
+    minilm = load_config(params, model="minilm")
     assert (minilm.learning_rate, minilm.seed) == (pytest.approx(1e-4), 3)
-    assert TrainConfig.from_params(params, {"seed": 9}, model="minilm").seed == 9
-    params.write_text("finetune:\n  models:\n    minilm: 1\n", encoding="utf-8")
+    assert load_config(params, {"seed": 9}, model="minilm").seed == 9
+    write_params(params, "seed: 1\npaths: {prepared: p}\nfinetune:\n  models:\n    minilm: 1\n")
     with pytest.raises(ValueError, match="finetune.models must map"):
-        TrainConfig.from_params(params, model="minilm")
+        load_config(params, model="minilm")
 
 
 @pytest.mark.parametrize(
     "values, message",
     [
-        ({"learning_rat": 1e-5}, "unknown key"),
-        ({"seed": "x"}, "seed must be an integer"),
+        ({"learning_rat": 1e-5}, "Key 'learning_rat' not in 'TrainConfig'"),
+        ({"seed": "x"}, "could not be converted to Integer"),
+        ({"seed": 1.5}, "could not be converted to Integer"),
         ({"train_batch_size": 0}, "train_batch_size must be >= 1"),
         ({"report_to": "wandb"}, "report_to must be one of"),
-        ({"full_determinism": "yes"}, "true or false"),
+        ({"report_to": "auto"}, "report_to must be one of"),
+        ({"full_determinism": "maybe"}, "is not a valid bool"),
         ({"num_threads": 0}, "num_threads must be >= 1"),
+        ({"warmup_max_fraction": 2}, "warmup_max_fraction must be in"),
     ],
 )
 def test_bad_values_are_named(values, message):
-    with pytest.raises(ValueError, match=message):
-        TrainConfig.from_dict(values, "params.yaml: finetune")
+    with pytest.raises(ValueError, match=f"test: .*{message}"):
+        train_config(**values)
     with pytest.raises(ValueError, match="not key=value"):
         parse_overrides(["seed"])
 
@@ -93,22 +135,28 @@ def test_limit_accepts_null_for_dvc_templates():
         main(["--model", "minilm", "--task", "timex", "--out", "x", "--limit", "seven"])
 
 
-def test_mlflow_reporting_follows_the_tracking_uri(monkeypatch):
-    assert not TrainConfig().reports_to_mlflow()
-    assert TrainConfig(report_to="mlflow").reports_to_mlflow()
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", "sqlite:///mlflow.db")
-    assert TrainConfig().reports_to_mlflow()
-    assert not TrainConfig(report_to="none").reports_to_mlflow()
+def test_mlflow_reporting_follows_report_to():
+    assert train_config(report_to="mlflow").reports_to_mlflow()
+    assert not train_config(report_to="none").reports_to_mlflow()
 
 
 def test_schedule_caps_warmup_and_evaluation_for_small_data():
-    small = schedule(TrainConfig(), 469)  # the timex train split
+    small = schedule(train_config(), 469)  # the timex train split
     assert small == {"steps_per_epoch": 30, "total_steps": 90, "warmup_steps": 9, "eval_steps": 30}
-    large = schedule(TrainConfig(), 200_000)
+    large = schedule(train_config(), 200_000)
     assert large["warmup_steps"] == 500 and large["eval_steps"] == 250
-    exact = schedule(TrainConfig(warmup_max_fraction=1.0), 469)
+    exact = schedule(train_config(warmup_max_fraction=1.0), 469)
     assert exact["warmup_steps"] == 90
-    assert schedule(TrainConfig(max_steps=7), 469)["total_steps"] == 7
+    assert schedule(train_config(max_steps=7), 469)["total_steps"] == 7
+
+
+def test_negatives_need_the_prepared_files(tmp_path):
+    from src.finetune.train import run
+
+    write_records(tmp_path / "train.jsonl", make_records(8))
+    with pytest.raises(ValueError, match="include_negatives=false"):
+        run("minilm", "timex", tmp_path / "out", train_config(include_negatives=True, data_dir=str(PREPARED)),
+            train_file=tmp_path / "train.jsonl", val_file=tmp_path / "train.jsonl")
 
 
 def test_metrics_read_first_pieces_only():
@@ -142,6 +190,7 @@ def test_tiny_training_run_lowers_the_loss_and_writes_a_loadable_checkpoint(tmp_
         "--set", "learning_rate=3e-4", "--set", "train_batch_size=8", "--set", "eval_batch_size=16",
         "--set", "num_train_epochs=3", "--set", "logging_steps=2", "--set", "max_length=64",
         "--set", "early_stopping_patience=10", "--set", "num_threads=1",
+        "--set", "include_negatives=false", "--set", "report_to=none",
     ])
     elapsed = time.perf_counter() - started
     assert code == 0
@@ -172,7 +221,8 @@ def test_training_is_deterministic_given_the_seed(tmp_path, tiny_checkpoint):
     from src.finetune.train import train_classifier
 
     records = make_records(40, seed=2)
-    config = TrainConfig(learning_rate=1e-3, train_batch_size=8, num_train_epochs=2, logging_steps=1, max_length=24, seed=5)
+    config = train_config(learning_rate=1e-3, train_batch_size=8, num_train_epochs=2, logging_steps=1, max_length=24,
+                          seed=5)
     results = []
     for run in range(2):
         set_seed(config.seed)
@@ -186,25 +236,78 @@ def test_training_is_deterministic_given_the_seed(tmp_path, tiny_checkpoint):
 
 
 @pytest.mark.slow
-def test_metrics_of_every_evaluation_land_in_mlflow(tmp_path, tiny_checkpoint, monkeypatch):
+def test_a_training_run_lands_in_mlflow_with_params_metrics_and_the_weights_hash(tmp_path, tiny_checkpoint,
+                                                                                monkeypatch):
     import mlflow
     from transformers import AutoModelForTokenClassification, AutoTokenizer
 
-    from src.finetune.train import train_classifier
+    from src.finetune.train import RUN_FILE, train_classifier, weights_digest
 
+    monkeypatch.chdir(tmp_path)  # an sqlite store outside mlruns/ puts artifacts under ./mlruns
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-    monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "finetune-test")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)  # the store src.tracking.tracking_uri() picks
     records = make_records(40, seed=4)
-    config = TrainConfig(learning_rate=1e-3, train_batch_size=8, num_train_epochs=3, logging_steps=1, max_length=24)
+    write_records(tmp_path / "train.jsonl", records[:32])
+    write_records(tmp_path / "val.jsonl", records[32:])
+    config = train_config(learning_rate=1e-3, train_batch_size=8, num_train_epochs=3, logging_steps=1, max_length=24,
+                          report_to="mlflow")
     model = AutoModelForTokenClassification.from_pretrained(tiny_checkpoint)
     tokenizer = AutoTokenizer.from_pretrained(tiny_checkpoint)
-    train_classifier(model, tokenizer, records[:32], records[32:], "TIMEX", config, tmp_path / "out", run_name="ft-test")
-    assert mlflow.active_run() is None  # the Trainer's run was closed
+    out = tmp_path / "out"
+    summary = train_classifier(model, tokenizer, records[:32], records[32:], "TIMEX", config, out,
+                               run_name="tiny-timex-train", experiment="finetune-test",
+                               summary_extra={"model": "tiny", "task": "timex"},
+                               data_files=[tmp_path / "train.jsonl", tmp_path / "val.jsonl"])
+    assert mlflow.active_run() is None  # the run was closed
+    link = json.loads((out / RUN_FILE).read_text(encoding="utf-8"))
     client = mlflow.MlflowClient(tracking_uri=uri)
     experiment = client.get_experiment_by_name("finetune-test")
     [run] = client.search_runs([experiment.experiment_id])
-    assert run.info.run_name == "ft-test"
+    assert link["run_id"] == run.info.run_id == summary["mlflow_run_id"]
+    assert run.info.run_name == "tiny-timex-train" and run.info.status == "FINISHED"
+    assert run.data.tags["kind"] == "training"
+    assert run.data.tags["weights_sha256"] == link["weights_sha256"] == weights_digest(out)
+    assert run.data.tags["checkpoint"] == str(out.resolve())
+    params = run.data.params
+    assert float(params["learning_rate"]) == pytest.approx(1e-3) and params["train_batch_size"] == "8"
+    assert params["include_negatives"] == "False" and params["schedule.total_steps"] == "12"
+    assert params["data_version"].startswith("raw:") and params["data_version"] == link["data_version"]
     history = client.get_metric_history(run.info.run_id, "eval_f1")
     assert sorted(m.step for m in history) == [4, 8, 12]  # every epoch (4 steps) evaluated
-    assert len(client.get_metric_history(run.info.run_id, "loss")) >= 10
+    assert len(client.get_metric_history(run.info.run_id, "loss")) >= 10  # per logging step
+    assert {"eval_precision", "eval_recall", "train_time_s", "best_val_f1"} <= set(run.data.metrics)
+    assert run.data.metrics["train_time_s"] == pytest.approx(summary["train_time_s"])
+
+
+@pytest.mark.slow
+def test_an_untracked_run_writes_no_run_link(tmp_path, tiny_checkpoint):
+    from transformers import AutoModelForTokenClassification, AutoTokenizer
+
+    from src.finetune.train import RUN_FILE, train_classifier
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / RUN_FILE).write_text("{}")  # a stale link from an earlier run is removed
+    records = make_records(24, seed=5)
+    config = train_config(learning_rate=1e-3, train_batch_size=8, max_steps=2, logging_steps=1, max_length=24)
+    model = AutoModelForTokenClassification.from_pretrained(tiny_checkpoint)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_checkpoint)
+    train_classifier(model, tokenizer, records[:16], records[16:], "TIMEX", config, out)
+    assert not (out / RUN_FILE).exists()
+
+
+@pytest.mark.slow
+def test_an_interrupted_training_closes_its_run_as_killed(tmp_path, monkeypatch):
+    import mlflow
+
+    from src.finetune.train import training_run
+
+    monkeypatch.chdir(tmp_path)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    with pytest.raises(KeyboardInterrupt):
+        with training_run(train_config(report_to="mlflow"), "tiny-timex-train", "interrupted", uri):
+            raise KeyboardInterrupt
+    client = mlflow.MlflowClient(tracking_uri=uri)
+    [run] = client.search_runs([client.get_experiment_by_name("interrupted").experiment_id])
+    assert run.info.status == "KILLED" and run.data.tags["kind"] == "training"
+    assert mlflow.active_run() is None

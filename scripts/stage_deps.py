@@ -1,0 +1,59 @@
+"""Rewrite the code deps of every dvc.yaml stage to exactly the modules its command imports.
+
+``python scripts/stage_deps.py`` (from the project root) keeps each stage's data, config and
+model deps and replaces its ``src/...`` deps with the import closure of the ``python -m``
+module it runs (the rule ``tests/test_dvc_graph.py`` checks). Run it after changing imports.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.test_dvc_graph import DYNAMIC_PACKAGES, closure, command_module  # noqa: E402
+
+
+def code_deps(module: str) -> list[str]:
+    needed = {p.relative_to(ROOT).as_posix() for p in closure(module)}
+    for package in DYNAMIC_PACKAGES:
+        if any(p.startswith(package + "/") for p in needed):
+            needed = {p for p in needed if not p.startswith(package + "/")} | {package}
+    return sorted(needed)
+
+
+def rewrite(text: str) -> str:
+    lines = text.splitlines(keepends=True)
+    out: list[str] = []
+    module = None
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        found = re.search(r"python -m (src[\w.]*)", line)
+        if found:
+            module = found.group(1)
+        if re.match(r"\s+deps:\s*$", line) and module:
+            out.append(line)
+            i += 1
+            indent = None
+            kept = []
+            while i < len(lines) and re.match(r"\s+- ", lines[i]):
+                indent = indent or lines[i][: lines[i].index("-")]
+                if not lines[i].strip().startswith("- src"):
+                    kept.append(lines[i])
+                i += 1
+            out += [f"{indent}- {dep}\n" for dep in code_deps(module)] + kept
+            module = None
+            continue
+        out.append(line)
+        i += 1
+    return "".join(out)
+
+
+if __name__ == "__main__":
+    path = ROOT / "dvc.yaml"
+    path.write_text(rewrite(path.read_text(encoding="utf-8")), encoding="utf-8")
+    print(f"{path}: code deps rewritten")
