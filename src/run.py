@@ -116,6 +116,7 @@ def check_config(cfg: DictConfig) -> tuple[Strategy, PromptOptions, list[tuple[s
     try:
         strategy = strategy_from_config(cfg.strategy)
         optional_int(cfg.generation.max_tokens)
+        optional_int(cfg.generation.get("max_tokens_document"))
     except ValueError as error:
         raise ConfigError(str(error)) from None
     temperature = cfg.generation.temperature
@@ -153,11 +154,12 @@ def select_exemplars_for(cfg: DictConfig, strategy: Strategy, task: str) -> list
 
 
 def generation_budget(cfg: DictConfig, strategy: Strategy, dataset: str) -> int:
-    """Max new tokens: the explicit override, else the strategy's budget (larger for documents)."""
+    """Max new tokens: the explicit override, else the strategy's budget (both larger for documents)."""
+    if dataset in study.DOCUMENT_DATASETS:
+        override = optional_int(cfg.generation.get("max_tokens_document"))
+        return strategy.max_tokens_document if override is None else override
     override = optional_int(cfg.generation.max_tokens)
-    if override is not None:
-        return override
-    return strategy.max_tokens_document if dataset in study.DOCUMENT_DATASETS else strategy.max_tokens
+    return strategy.max_tokens if override is None else override
 
 
 class PromptedSystem:

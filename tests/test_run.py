@@ -205,3 +205,18 @@ def test_each_dataset_is_an_mlflow_input_with_its_dvc_hash(workspace: Path):
     assert inputs["timex/base"].digest == expected
     assert "prepared/timex/base.jsonl" in inputs["timex/base"].source
     assert runs[-1].data.metrics["timex.base.truncated_rate"] == 0.0
+
+
+def test_documents_have_their_own_generation_budget():
+    from omegaconf import OmegaConf
+
+    from src.prompts import get_strategy
+    from src.run import generation_budget
+
+    strategy = get_strategy("A")
+    cfg = OmegaConf.create({"generation": {"max_tokens": 48, "max_tokens_document": "None"}})
+    assert generation_budget(cfg, strategy, "base") == 48
+    assert generation_budget(cfg, strategy, "len") == strategy.max_tokens_document  # DVC renders null as None
+    cfg = OmegaConf.create({"generation": {"max_tokens": None, "max_tokens_document": 160}})
+    assert generation_budget(cfg, strategy, "len") == 160
+    assert generation_budget(cfg, strategy, "t2c") == strategy.max_tokens
