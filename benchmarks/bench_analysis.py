@@ -37,11 +37,16 @@ from src.scoring.stats import paired_bootstrap, resample_counts  # noqa: E402
 RESULTS = Path(__file__).resolve().parent / "results" / "analysis.json"
 STRATEGIES = ("I", "D", "A", "D+I", "A+I", "A+D", "A+D+I")
 MODELS = {  # name: (family, architecture, total B)
-    "dense_a": ("a", "dense", 8.0), "moe_a": ("a", "moe", 400.0),
-    "dense_b": ("b", "dense", 7.0), "moe_b": ("b", "moe", 235.0),
-    "dense_c": ("c", "dense", 8.0), "moe_c": ("c", "moe", 46.7),
+    "dense_a": ("a", "dense", 8.0),
+    "moe_a": ("a", "moe", 400.0),
+    "dense_b": ("b", "dense", 7.0),
+    "moe_b": ("b", "moe", 235.0),
+    "dense_c": ("c", "dense", 8.0),
+    "moe_c": ("c", "moe", 46.7),
 }
-DATASETS = [(t, d) for t in ("timex", "eventx") for d in ("base", "adv", "adv_p", "t2c", "voc", "len")] + [("comp", "base")]
+DATASETS = [(t, d) for t in ("timex", "eventx") for d in ("base", "adv", "adv_p", "t2c", "voc", "len")] + [
+    ("comp", "base")
+]
 
 
 def synthetic_stats(rng: np.random.Generator, n_instances: int, hit_rate: float) -> np.ndarray:
@@ -59,9 +64,22 @@ def synthetic_study(seed: int, n_instances: int):
     for model, (family, architecture, size) in MODELS.items():
         for strategy in STRATEGIES:
             config = f"{model}-{strategy}"
-            runs.append({"config": config, "run_id": config, "start_time": 0, "model": model, "strategy": strategy,
-                         "kind": "prompted", "family": family, "architecture": architecture, "params_total_b": size,
-                         "params_active_b": size, "inductive_plus": "I" in strategy, "size_series": None})
+            runs.append(
+                {
+                    "config": config,
+                    "run_id": config,
+                    "start_time": 0,
+                    "model": model,
+                    "strategy": strategy,
+                    "kind": "prompted",
+                    "family": family,
+                    "architecture": architecture,
+                    "params_total_b": size,
+                    "params_active_b": size,
+                    "inductive_plus": "I" in strategy,
+                    "size_series": None,
+                }
+            )
             metrics[config], artifacts[config] = {}, {}
             rate = rng.uniform(0.3, 0.8)
             for task, dataset in DATASETS:
@@ -70,8 +88,10 @@ def synthetic_study(seed: int, n_instances: int):
                 metrics[config][f"{task}.{dataset}.f1"] = 2 * totals[0] / (totals[1] + totals[2])
                 for error in ("missing", "spurious", "boundary"):
                     metrics[config][f"{task}.{dataset}.errors.{error}"] = float(rng.integers(0, 200))
-                artifacts[config][task, dataset] = {"ids": [f"i{k}" for k in range(n_instances)],
-                                                    "stats": {"lcs": stats}}
+                artifacts[config][task, dataset] = {
+                    "ids": [f"i{k}" for k in range(n_instances)],
+                    "stats": {"lcs": stats},
+                }
     return build_study(runs, metrics, artifacts, "synthetic", "benchmark", "0")
 
 
@@ -88,8 +108,11 @@ def main() -> None:
     parser.add_argument("--resamples", type=int, default=10_000)
     parser.add_argument("--sample-pairs", type=int, default=20)
     parser.add_argument("--out", type=Path, default=RESULTS)
-    parser.add_argument("--quick", action="store_true",
-                        help="a small shape (50 instances, 200 resamples, 3 sampled pairs); prints, records nothing")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="a small shape (50 instances, 200 resamples, 3 sampled pairs); prints, records nothing",
+    )
     args = parser.parse_args()
     if args.quick:
         args.instances, args.resamples, args.sample_pairs = 50, 200, 3
@@ -118,17 +141,28 @@ def main() -> None:
         max_difference = max(max_difference, abs(single.p_value - analysis.tests[key].p_value[i, j]))
     pairs = sum(t.pairs for t in analysis.tests.values())
     result = {
-        "machine": {"python": platform.python_version(), "numpy": np.__version__, "cpus": os.cpu_count(),
-                    "load_average_1min_before_after": [load_before, os.getloadavg()[0]]},
-        "configurations": len(study.runs), "datasets": len(analysis.tests), "instances": args.instances,
-        "resamples": args.resamples, "pairs": pairs,
-        "whole_analysis_s": wall, "whole_analysis_cpu_s": cpu,
+        "machine": {
+            "python": platform.python_version(),
+            "numpy": np.__version__,
+            "cpus": os.cpu_count(),
+            "load_average_1min_before_after": [load_before, os.getloadavg()[0]],
+        },
+        "configurations": len(study.runs),
+        "datasets": len(analysis.tests),
+        "instances": args.instances,
+        "resamples": args.resamples,
+        "pairs": pairs,
+        "whole_analysis_s": wall,
+        "whole_analysis_cpu_s": cpu,
         "pairwise_tests_s": analysis.timings["pairwise_tests_s"],
-        "whole_analysis_1000_resamples_s": default_wall, "whole_analysis_1000_resamples_cpu_s": default_cpu,
-        "one_pair_at_a_time_s_per_pair": per_pair, "sampled_pairs": len(sample),
+        "whole_analysis_1000_resamples_s": default_wall,
+        "whole_analysis_1000_resamples_cpu_s": default_cpu,
+        "one_pair_at_a_time_s_per_pair": per_pair,
+        "sampled_pairs": len(sample),
         "one_pair_at_a_time_extrapolated_s": per_pair * pairs,
         "speedup": per_pair * pairs / wall,
-        "target_s": 10.0, "meets_target": wall <= 10.0,
+        "target_s": 10.0,
+        "meets_target": wall <= 10.0,
         "max_p_value_difference_same_resamples": max_difference,
     }
     if not args.quick:

@@ -100,8 +100,12 @@ def paired_test_loop(stats_a: np.ndarray, stats_b: np.ndarray, resamples: int, s
         for _ in range(n):
             i = rng.randrange(n)
             a, b = rows_a[i], rows_b[i]
-            ma += a[0]; pa += a[1]; ga += a[2]  # noqa: E702
-            mb += b[0]; pb += b[1]; gb += b[2]  # noqa: E702
+            ma += a[0]
+            pa += a[1]
+            ga += a[2]  # noqa: E702
+            mb += b[0]
+            pb += b[1]
+            gb += b[2]  # noqa: E702
         f1_a = 2 * ma / (pa + ga) if pa + ga else 0.0
         f1_b = 2 * mb / (pb + gb) if pb + gb else 0.0
         deltas.append(f1_a - f1_b)
@@ -124,9 +128,7 @@ def bench_paired(seed: int, resamples: int = 10_000, n_instances: int = 400) -> 
     reference = paired_test_loop(stats_a, stats_b, resamples, seed)
     loop, loop_cpu = best_of_wall_cpu(lambda: paired_test_loop(stats_a, stats_b, resamples, seed), 2)
     straightforward_p = paired_test_straightforward(stats_a, stats_b, resamples, seed)
-    simple, simple_cpu = best_of_wall_cpu(
-        lambda: paired_test_straightforward(stats_a, stats_b, resamples, seed), 1
-    )
+    simple, simple_cpu = best_of_wall_cpu(lambda: paired_test_straightforward(stats_a, stats_b, resamples, seed), 1)
     return {
         "resamples": resamples,
         "instances": n_instances,
@@ -159,7 +161,7 @@ def synthetic_records(rng: random.Random, count: int, n_words: int, n_spans: int
         for token in tokens[:-1]:
             starts.append(starts[-1] + len(token) + 1)
         spans, predictions = [], []
-        for k in range(n_spans):
+        for _ in range(n_spans):
             first = rng.randrange(n_words - 3)
             last = first + rng.randint(1, 3)
             start, end = starts[first], starts[last - 1] + len(tokens[last - 1])
@@ -182,29 +184,48 @@ def bench_scoring(seed: int) -> dict:
     sentence_s = best_of(lambda: score_pairs(sentences), 3)
     document_s = best_of(lambda: score_pairs(documents), 1)
     return {
-        "sentences": {"instances": 400, "words": 25, "gold_spans_each": 3, "seconds": sentence_s,
-                      "instances_per_s": 400 / sentence_s},
-        "documents": {"instances": 80, "words": 400, "gold_spans_each": 40, "seconds": document_s,
-                      "instances_per_s": 80 / document_s},
+        "sentences": {
+            "instances": 400,
+            "words": 25,
+            "gold_spans_each": 3,
+            "seconds": sentence_s,
+            "instances_per_s": 400 / sentence_s,
+        },
+        "documents": {
+            "instances": 80,
+            "words": 400,
+            "gold_spans_each": 40,
+            "seconds": document_s,
+            "instances_per_s": 80 / document_s,
+        },
     }
 
 
-def bench_paper_scale(seed: int, systems: int = 42, datasets: int = 13, n_instances: int = 400,
-                      resamples: int = 10_000, sample_pairs: int = 20) -> dict:
+def bench_paper_scale(
+    seed: int,
+    systems: int = 42,
+    datasets: int = 13,
+    n_instances: int = 400,
+    resamples: int = 10_000,
+    sample_pairs: int = 20,
+) -> dict:
     rng = np.random.default_rng(seed)
     rates = rng.uniform(0.3, 0.8, size=systems)
     all_stats = [np.stack([synthetic_stats(rng, n_instances, r) for r in rates]) for _ in range(datasets)]
 
     def analysis():
-        return [all_pairs_bootstrap(stats, resamples=resamples, seed=seed + d)
-                for d, stats in enumerate(all_stats)]
+        return [all_pairs_bootstrap(stats, resamples=resamples, seed=seed + d) for d, stats in enumerate(all_stats)]
 
     start = time.perf_counter()
     results = analysis()
     all_pairs_s = time.perf_counter() - start
-    with_ci_s = best_of(lambda: [all_pairs_bootstrap(stats, resamples=resamples, seed=seed + d,
-                                                     with_delta_ci=True)
-                                 for d, stats in enumerate(all_stats)], 1)
+    with_ci_s = best_of(
+        lambda: [
+            all_pairs_bootstrap(stats, resamples=resamples, seed=seed + d, with_delta_ci=True)
+            for d, stats in enumerate(all_stats)
+        ],
+        1,
+    )
     pair_rng = random.Random(seed)
     pairs = [(pair_rng.randrange(datasets), *pair_rng.sample(range(systems), 2)) for _ in range(sample_pairs)]
     start = time.perf_counter()
@@ -243,9 +264,13 @@ def main(argv=None) -> int:
     scoring = bench_scoring(args.seed)
     paper = bench_paper_scale(args.seed, sample_pairs=args.sample_pairs)
     report = {
-        "machine": {"python": platform.python_version(), "numpy": np.__version__, "cpus": os.cpu_count(),
-                    "platform": platform.platform(),
-                    "load_average_1min_before_after": [load_before[0], os.getloadavg()[0]]},
+        "machine": {
+            "python": platform.python_version(),
+            "numpy": np.__version__,
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "load_average_1min_before_after": [load_before[0], os.getloadavg()[0]],
+        },
         "paired_test": paired,
         "scoring": scoring,
         "paper_scale": paper,
@@ -256,21 +281,30 @@ def main(argv=None) -> int:
     print(f"{'measurement':58} {'time (s)':>10} {'reference (s)':>14} {'ratio':>8}")
     for name, key in (("straightforward", "straightforward_loop"), ("tuned", "tuned_loop")):
         suffix = "straightforward" if name == "straightforward" else "tuned"
-        print(f"{'paired test 10,000 x 400 vs ' + name + ' Python loop':58} {paired['vectorised_s']:10.4f} "
-              f"{paired[key + '_s']:14.2f} {paired['speedup_vs_' + suffix]:7.0f}x")
-        print(f"{'  same, process CPU time':58} {paired['vectorised_cpu_s']:10.4f} "
-              f"{paired[key + '_cpu_s']:14.2f} {paired['speedup_vs_' + suffix + '_cpu']:7.0f}x")
-    print(f"{'paper scale, 42 x 13 x 400 x 10,000 (vs pair at a time)':58} {paper['all_pairs_s']:10.2f} "
-          f"{paper['one_pair_at_a_time_extrapolated_s']:14.1f} {paper['speedup']:7.0f}x")
+        print(
+            f"{'paired test 10,000 x 400 vs ' + name + ' Python loop':58} {paired['vectorised_s']:10.4f} "
+            f"{paired[key + '_s']:14.2f} {paired['speedup_vs_' + suffix]:7.0f}x"
+        )
+        print(
+            f"{'  same, process CPU time':58} {paired['vectorised_cpu_s']:10.4f} "
+            f"{paired[key + '_cpu_s']:14.2f} {paired['speedup_vs_' + suffix + '_cpu']:7.0f}x"
+        )
+    print(
+        f"{'paper scale, 42 x 13 x 400 x 10,000 (vs pair at a time)':58} {paper['all_pairs_s']:10.2f} "
+        f"{paper['one_pair_at_a_time_extrapolated_s']:14.1f} {paper['speedup']:7.0f}x"
+    )
     print(f"{'paper scale with delta CIs':58} {paper['all_pairs_with_delta_ci_s']:10.2f}")
     for name, block in scoring.items():
-        print(f"{'scoring ' + str(block['instances']) + ' ' + name:58} {block['seconds']:10.4f} "
-              f"{'':14} {block['instances_per_s']:7.0f}/s")
-    print(f"p-value vectorised {paired['p_value_vectorised']:.4f}, loops {paired['p_value_straightforward_loop']:.4f} "
-          f"and {paired['p_value_tuned_loop']:.4f}; "
-          f"max p difference on sampled pairs {paper['max_p_value_difference_on_sampled_pairs']:.2g}")
-    print(f"load average (1 min) before/after: {load_before[0]:.1f}/{os.getloadavg()[0]:.1f}; "
-          f"written to {args.output}")
+        print(
+            f"{'scoring ' + str(block['instances']) + ' ' + name:58} {block['seconds']:10.4f} "
+            f"{'':14} {block['instances_per_s']:7.0f}/s"
+        )
+    print(
+        f"p-value vectorised {paired['p_value_vectorised']:.4f}, loops {paired['p_value_straightforward_loop']:.4f} "
+        f"and {paired['p_value_tuned_loop']:.4f}; "
+        f"max p difference on sampled pairs {paper['max_p_value_difference_on_sampled_pairs']:.2g}"
+    )
+    print(f"load average (1 min) before/after: {load_before[0]:.1f}/{os.getloadavg()[0]:.1f}; written to {args.output}")
     return 0
 
 

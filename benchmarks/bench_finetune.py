@@ -23,7 +23,7 @@ import platform
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -63,8 +63,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-dir", default=str(ROOT / "data" / "prepared"))
     parser.add_argument("--keep", default=None, help="keep the checkpoint in this folder (default: a temp folder)")
     parser.add_argument("--output", default=str(ROOT / "benchmarks" / "results" / "finetune.json"))
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a finetune value of params.yaml")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a finetune value of params.yaml",
+    )
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -103,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "benchmark": "finetune",
         "command": "python benchmarks/bench_finetune.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "when": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": {
             "cpu_count": os.cpu_count(),
             "torch_threads": torch.get_num_threads(),

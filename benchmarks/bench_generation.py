@@ -72,8 +72,12 @@ SENTENCES = [
 
 
 def requests_for(count: int, max_tokens: int) -> list[ChatRequest]:
-    return [ChatRequest((("system", SYSTEM), ("user", SENTENCES[i % len(SENTENCES)])), max_tokens=max_tokens,
-                        request_id=str(i)) for i in range(count)]
+    return [
+        ChatRequest(
+            (("system", SYSTEM), ("user", SENTENCES[i % len(SENTENCES)])), max_tokens=max_tokens, request_id=str(i)
+        )
+        for i in range(count)
+    ]
 
 
 def measure(backend: TransformersBackend, batch_size: int, count: int, max_tokens: int) -> dict:
@@ -119,8 +123,13 @@ def main() -> None:
     parser.add_argument("--model", default="smollm2-135m-gguf")
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--threads", type=int, nargs="+", default=[len(os.sched_getaffinity(0))],
-                        help="torch CPU thread counts to sweep (default: all allowed CPUs)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        nargs="+",
+        default=[len(os.sched_getaffinity(0))],
+        help="torch CPU thread counts to sweep (default: all allowed CPUs)",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
 

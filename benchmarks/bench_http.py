@@ -40,7 +40,10 @@ class ServerProcess:
         self.latency_s = latency_s
         self.process = subprocess.Popen(
             [sys.executable, "-m", "tests.backends.fake_openai_server", "--latency", str(latency_s)],
-            cwd=PROJECT_ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            cwd=PROJECT_ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
         )
         self.base_url = self.process.stdout.readline().strip()
         if not self.base_url.startswith("http://127.0.0.1:"):
@@ -59,10 +62,22 @@ class ServerProcess:
 
 def measure(server: ServerProcess, concurrency: int, count: int) -> dict:
     """Requests per second for ``count`` distinct requests at the given concurrency bound."""
-    backend = OpenAIBackend(model_id="bench/model", base_url=server.base_url, max_concurrency=concurrency,
-                            timeout_s=30, max_retries=0, api_key_env="")
-    requests = [ChatRequest((("system", "Extract time expressions."), ("user", f"Sentence number {i}.")),
-                            max_tokens=32, request_id=str(i)) for i in range(count)]
+    backend = OpenAIBackend(
+        model_id="bench/model",
+        base_url=server.base_url,
+        max_concurrency=concurrency,
+        timeout_s=30,
+        max_retries=0,
+        api_key_env="",
+    )
+    requests = [
+        ChatRequest(
+            (("system", "Extract time expressions."), ("user", f"Sentence number {i}.")),
+            max_tokens=32,
+            request_id=str(i),
+        )
+        for i in range(count)
+    ]
     server.reset()
     started, cpu_started = time.perf_counter(), time.process_time()
     results = backend.generate(requests)

@@ -60,8 +60,12 @@ def answer_schema(task: str, abductive: bool) -> str:
     if task != "comp" and not abductive:
         schema: dict = STRINGS
     else:
-        schema = {"type": "object", "properties": properties, "required": list(properties),
-                  "additionalProperties": False}
+        schema = {
+            "type": "object",
+            "properties": properties,
+            "required": list(properties),
+            "additionalProperties": False,
+        }
     return json.dumps(schema, sort_keys=True, separators=(",", ":"))
 
 
@@ -81,8 +85,14 @@ def build_requests(sentences: int, documents: int, max_tokens: int) -> list[Chat
             shots = exemplars if strategy.inductive else []
             schema = answer_schema(task, strategy.abductive)
             for record in records:
-                requests.append(ChatRequest(build_messages(strategy, task, record.text, shots), max_tokens=max_tokens,
-                                            response_schema=schema, request_id=f"{name}/{task}/{record.id}"))
+                requests.append(
+                    ChatRequest(
+                        build_messages(strategy, task, record.text, shots),
+                        max_tokens=max_tokens,
+                        response_schema=schema,
+                        request_id=f"{name}/{task}/{record.id}",
+                    )
+                )
     return requests
 
 
@@ -95,11 +105,20 @@ def timed(label: str, run) -> dict:
     cpu, wall = cpu_seconds(), time.perf_counter()
     texts, completion_tokens, extra = run()
     wall, cpu = time.perf_counter() - wall, cpu_seconds() - cpu
-    row = {"requests": len(texts), "wall_s": round(wall, 2), "cpu_s": round(cpu, 2),
-           "requests_per_s": round(len(texts) / wall, 3), "completion_tokens": completion_tokens,
-           "tokens_per_s": round(completion_tokens / wall, 2), **extra}
-    print(f"{label:<28} {row['wall_s']:8.1f} s  {row['requests_per_s']:7.3f} req/s  {row['tokens_per_s']:7.1f} tok/s  "
-          + "  ".join(f"{k} {v}" for k, v in extra.items()), flush=True)
+    row = {
+        "requests": len(texts),
+        "wall_s": round(wall, 2),
+        "cpu_s": round(cpu, 2),
+        "requests_per_s": round(len(texts) / wall, 3),
+        "completion_tokens": completion_tokens,
+        "tokens_per_s": round(completion_tokens / wall, 2),
+        **extra,
+    }
+    print(
+        f"{label:<28} {row['wall_s']:8.1f} s  {row['requests_per_s']:7.3f} req/s  {row['tokens_per_s']:7.1f} tok/s  "
+        + "  ".join(f"{k} {v}" for k, v in extra.items()),
+        flush=True,
+    )
     row["texts"] = texts
     return row
 
@@ -112,9 +131,16 @@ def run_project(requests: list[ChatRequest], threads: int, prefix_reuse: bool):
         results = backend.generate(requests)
         texts = [r.text for r in results]
         reasons = [r.finish_reason for r in results]
-        return texts, sum(r.usage.get("completion_tokens", 0) for r in results), {
-            "prefix_hit_rate": round(backend.prefix_hit_rate, 4),
-            "finish_length": reasons.count("length"), "errors": sum(not r.ok for r in results)}
+        return (
+            texts,
+            sum(r.usage.get("completion_tokens", 0) for r in results),
+            {
+                "prefix_hit_rate": round(backend.prefix_hit_rate, 4),
+                "finish_length": reasons.count("length"),
+                "errors": sum(not r.ok for r in results),
+            },
+        )
+
     return run
 
 
@@ -123,31 +149,39 @@ def run_plain(requests: list[ChatRequest], threads: int, n_ctx: int):
 
     from src.backends.gguf_files import gguf_path
 
-    llm = Llama(model_path=str(gguf_path(**MODEL)), n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads,
-                verbose=False)
+    llm = Llama(
+        model_path=str(gguf_path(**MODEL)), n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads, verbose=False
+    )
 
     def run():
         texts, tokens = [], 0
         for request in requests:
             llm.reset()  # no prefix reuse: every prompt evaluated from scratch
-            out = llm.create_chat_completion(messages=request.message_dicts(), max_tokens=request.max_tokens,
-                                             temperature=0.0, repeat_penalty=1.0)
+            out = llm.create_chat_completion(
+                messages=request.message_dicts(), max_tokens=request.max_tokens, temperature=0.0, repeat_penalty=1.0
+            )
             texts.append(out["choices"][0]["message"]["content"])
             tokens += out["usage"]["completion_tokens"]
         return texts, tokens, {}
+
     return run
 
 
 def run_transformers(requests: list[ChatRequest], threads: int):
-    backend = create_backend("transformers", model_id=MODEL["model_id"], device="cpu", batch_size=16,
-                             num_threads=threads)
+    backend = create_backend(
+        "transformers", model_id=MODEL["model_id"], device="cpu", batch_size=16, num_threads=threads
+    )
     backend.load()
     plain = [ChatRequest(r.messages, max_tokens=r.max_tokens, request_id=r.request_id) for r in requests]
 
     def run():
         results = backend.generate(plain)
-        return [r.text for r in results], sum(r.usage.get("completion_tokens", 0) for r in results), {
-            "errors": sum(not r.ok for r in results)}
+        return (
+            [r.text for r in results],
+            sum(r.usage.get("completion_tokens", 0) for r in results),
+            {"errors": sum(not r.ok for r in results)},
+        )
+
     return run
 
 
@@ -156,16 +190,23 @@ def main() -> None:
     parser.add_argument("--sentences", type=int, default=2, help="base sentences per task")
     parser.add_argument("--documents", type=int, default=1, help="len documents per task (the shortest ones)")
     parser.add_argument("--max-tokens", type=int, default=64, help="the token cap of every request")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="CPU threads for every engine (1: on a shared 2-core machine 2 threads are slower)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="CPU threads for every engine (1: on a shared 2-core machine 2 threads are slower)",
+    )
     parser.add_argument("--no-transformers", action="store_true")
     parser.add_argument("--no-check-reuse", action="store_true")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
 
     requests = build_requests(args.sentences, args.documents, args.max_tokens)
-    print(f"{len(requests)} requests ({args.sentences} sentences + {args.documents} documents x 3 tasks x 7 strategies), "
-          f"max_tokens {args.max_tokens}, {args.threads} thread(s), load {os.getloadavg()[0]:.1f}", flush=True)
+    print(
+        f"{len(requests)} requests ({args.sentences} sentences + {args.documents} documents x 3 tasks x 7 strategies), "
+        f"max_tokens {args.max_tokens}, {args.threads} thread(s), load {os.getloadavg()[0]:.1f}",
+        flush=True,
+    )
     rows = {"project": timed("project (reuse + grammar)", run_project(requests, args.threads, True))}
     if not args.no_check_reuse:
         rows["project_no_reuse"] = timed("project, prefix reuse off", run_project(requests, args.threads, False))
@@ -188,15 +229,24 @@ def main() -> None:
     summary["prefix_hit_rate"] = rows["project"]["prefix_hit_rate"]
     print(json.dumps(summary, indent=2))
     for row in rows.values():
-        row["examples"] = [{"id": r.request_id, "text": t} for r, t in zip(requests[:: max(1, len(requests) // 6)],
-                                                                            row["texts"][:: max(1, len(requests) // 6)])]
+        row["examples"] = [
+            {"id": r.request_id, "text": t}
+            for r, t in zip(requests[:: max(1, len(requests) // 6)], row["texts"][:: max(1, len(requests) // 6)])
+        ]
         del row["texts"]
     out = {
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "load_average_at_end": os.getloadavg()},
         "command": "python benchmarks/bench_llamacpp.py " + " ".join(sys.argv[1:]),
-        "settings": {"requests": len(requests), "sentences_per_task": args.sentences,
-                     "documents_per_task": args.documents, "max_tokens": args.max_tokens, "threads": args.threads,
-                     "strategies": list(STRATEGY_NAMES), "tasks": list(TASKS), "model": MODEL},
+        "settings": {
+            "requests": len(requests),
+            "sentences_per_task": args.sentences,
+            "documents_per_task": args.documents,
+            "max_tokens": args.max_tokens,
+            "threads": args.threads,
+            "strategies": list(STRATEGY_NAMES),
+            "tasks": list(TASKS),
+            "model": MODEL,
+        },
         "results": rows,
         "summary": summary,
     }

@@ -14,7 +14,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.test_dvc_graph import DYNAMIC_PACKAGES, closure, command_module  # noqa: E402
+from tests.test_dvc_graph import DYNAMIC_PACKAGES, closure  # noqa: E402
 
 
 def code_deps(module: str) -> list[str]:

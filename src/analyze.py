@@ -17,8 +17,8 @@ import json
 import logging
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import yaml
 
@@ -74,21 +74,35 @@ def sweep_summaries(path: Path) -> list[str]:
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m src.analyze", description=__doc__.splitlines()[0])
-    parser.add_argument("--experiment", default=None, help="MLflow experiment (default: conf/config.yaml mlflow.experiment)")
+    parser.add_argument(
+        "--experiment", default=None, help="MLflow experiment (default: conf/config.yaml mlflow.experiment)"
+    )
     parser.add_argument("--tracking-uri", default=None, help="default: $MLFLOW_TRACKING_URI, else the local store")
-    parser.add_argument("--summaries", type=Path, default=Path("summaries"),
-                        help="folder of the pipeline's summary files (**/*.json, each naming a run_id); "
-                             "exactly those runs are analysed (default: summaries)")
-    parser.add_argument("--sweep", type=Path, default=None,
-                        help="a sweep file (sweep.yaml): analyse exactly its configurations' summaries, so a summary "
-                             "left by another profile never enters the report")
+    parser.add_argument(
+        "--summaries",
+        type=Path,
+        default=Path("summaries"),
+        help="folder of the pipeline's summary files (**/*.json, each naming a run_id); "
+        "exactly those runs are analysed (default: summaries)",
+    )
+    parser.add_argument(
+        "--sweep",
+        type=Path,
+        default=None,
+        help="a sweep file (sweep.yaml): analyse exactly its configurations' summaries, so a summary "
+        "left by another profile never enters the report",
+    )
     parser.add_argument("--out", type=Path, default=Path("reports"))
     parser.add_argument("--resamples", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=None, help="default: params.yaml seed")
     parser.add_argument("--alpha", type=float, default=0.05)
     parser.add_argument("--correction", choices=sorted(rq.CORRECTIONS), default="holm")
-    parser.add_argument("--stats-json", type=Path, default=None,
-                        help="prepared-data statistics for the top-label figure (default: <paths.prepared>/stats.json)")
+    parser.add_argument(
+        "--stats-json",
+        type=Path,
+        default=None,
+        help="prepared-data statistics for the top-label figure (default: <paths.prepared>/stats.json)",
+    )
     return parser.parse_args(argv)
 
 
@@ -114,13 +128,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {message}", file=sys.stderr)
         return 2
     loaded = time.perf_counter() - started
-    analysis = run_analysis(study, args.resamples, default_seed() if args.seed is None else args.seed,
-                            args.alpha, args.correction)
+    analysis = run_analysis(
+        study, args.resamples, default_seed() if args.seed is None else args.seed, args.alpha, args.correction
+    )
     analysis.timings["load_s"] = loaded
     analysis.top_gold = read_top_gold(stats_json)
     written = write_outputs(analysis, args.out)
-    log.info("report: %s (load %.1fs, analysis %.1fs, figures %.1fs)", written["report"], loaded,
-             analysis.timings["analysis_s"], analysis.timings["figures_s"])
+    log.info(
+        "report: %s (load %.1fs, analysis %.1fs, figures %.1fs)",
+        written["report"],
+        loaded,
+        analysis.timings["analysis_s"],
+        analysis.timings["figures_s"],
+    )
     return 0
 
 

@@ -6,7 +6,8 @@ import argparse
 import json
 import os
 import sys
-from typing import Any, Callable, NoReturn
+from collections.abc import Callable
+from typing import Any, NoReturn
 
 MAX_RESAMPLES = 1_000_000
 MAX_SEED = 2**32 - 1

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
-from src.data.schema import DataError
 from src.cli import MAX_RESAMPLES, OneLineArgumentParser, bounded_int, print_json_report, seed_type
+from src.data.schema import DataError
 from src.scoring.metrics import METRICS, score_pairs
 from src.scoring.predictions import pair_predictions, read_gold, read_predictions
 from src.scoring.stats import paired_bootstrap
@@ -46,8 +47,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--gold", required=True, help="gold dataset JSONL")
     parser.add_argument("--pred-a", required=True, help="prediction JSONL of system A")
     parser.add_argument("--pred-b", required=True, help="prediction JSONL of system B")
-    parser.add_argument("--resamples", type=bounded_int(1, MAX_RESAMPLES), default=10_000, metavar="N",
-                        help="bootstrap resamples (at most 1,000,000)")
+    parser.add_argument(
+        "--resamples",
+        type=bounded_int(1, MAX_RESAMPLES),
+        default=10_000,
+        metavar="N",
+        help="bootstrap resamples (at most 1,000,000)",
+    )
     parser.add_argument("--seed", type=seed_type, default=0, help="bootstrap seed (0 to 2**32 - 1)")
     parser.add_argument("--metric", choices=METRICS, default="lcs", help="F1 to compare (default: lcs)")
     parser.add_argument("--lowercase", action="store_true", help="compare words case-insensitively")
@@ -57,7 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     return print_json_report(
-        lambda: compare_files(args.gold, args.pred_a, args.pred_b, args.resamples, args.seed, args.metric, args.lowercase)
+        lambda: compare_files(
+            args.gold, args.pred_a, args.pred_b, args.resamples, args.seed, args.metric, args.lowercase
+        )
     )
 
 

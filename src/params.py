@@ -6,7 +6,7 @@ Hydra configs refer to them instead of repeating them.
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +15,7 @@ import yaml
 PARAMS_FILE = Path(__file__).resolve().parent.parent / "params.yaml"
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_params(path: str = str(PARAMS_FILE)) -> dict[str, Any]:
     """The parsed parameter file (cached: it is read once per process)."""
     return yaml.safe_load(Path(path).read_text(encoding="utf-8"))

@@ -24,8 +24,8 @@ from src.cli import optional_int
 from src.data.schema import Record, read_records
 from src.data.splits import subset_by_id
 from src.params import register_resolver
-from src.prompts.answer_schema import ANSWER_FORMATS, PROMPT_FORMS
 from src.prompts import Strategy, build_request_parts, select_exemplars, strategy_from_config
+from src.prompts.answer_schema import ANSWER_FORMATS, PROMPT_FORMS
 from src.scoring.evaluate import InstanceOutput
 from src.scoring.runner import (
     DatasetPlan,
@@ -184,9 +184,14 @@ class PromptedSystem:
         requests = []
         for record in plan.records:
             parts = build_request_parts(
-                self.strategy, plan.task, record.text, self.exemplars(plan.task),
-                answer_format=self.options.answer_format, prompt_form=self.options.form,
-                constrained=self.options.constrained, spans_from_input=self.options.spans_from_input,
+                self.strategy,
+                plan.task,
+                record.text,
+                self.exemplars(plan.task),
+                answer_format=self.options.answer_format,
+                prompt_form=self.options.form,
+                constrained=self.options.constrained,
+                spans_from_input=self.options.spans_from_input,
             )
             requests.append(
                 ChatRequest(
@@ -219,13 +224,21 @@ class PromptedSystem:
         outputs = []
         for result in results:
             parsed = parse_answer(
-                result.text, plan.task, self.strategy.abductive, answer_format=self.options.answer_format,
+                result.text,
+                plan.task,
+                self.strategy.abductive,
+                answer_format=self.options.answer_format,
                 prompt_form=self.options.form,
             )
             outputs.append(
                 InstanceOutput(
-                    parsed.predictions, result.text, parsed.ok, parsed.error, parsed.reasoning_steps,
-                    truncated=result.finish_reason == "length", well_formed=parsed.well_formed,
+                    parsed.predictions,
+                    result.text,
+                    parsed.ok,
+                    parsed.error,
+                    parsed.reasoning_steps,
+                    truncated=result.finish_reason == "length",
+                    well_formed=parsed.well_formed,
                 )
             )
         return SystemOutput(outputs, {}, usage)
@@ -280,7 +293,9 @@ def run(cfg: DictConfig) -> int:
         log_json_artifact(resolved, "config/resolved.json", secrets)
 
     scoring = ScoringOptions(
-        int(cfg.scoring.bootstrap_resamples), int(cfg.scoring.bootstrap_seed), bool(cfg.scoring.lowercase),
+        int(cfg.scoring.bootstrap_resamples),
+        int(cfg.scoring.bootstrap_seed),
+        bool(cfg.scoring.lowercase),
         tuple(cfg.scoring.get("variants") or ()),
     )
     outcome = evaluate_configuration(

@@ -16,14 +16,21 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
-from src.cli import MAX_RESAMPLES, OneLineArgumentParser, bounded_int, check_resample_memory, print_json_report, seed_type
+from src.cli import (
+    MAX_RESAMPLES,
+    OneLineArgumentParser,
+    bounded_int,
+    check_resample_memory,
+    print_json_report,
+    seed_type,
+)
 from src.scoring.metrics import METRICS, ScoreResult, score_pairs
 from src.scoring.predictions import load_pairs
 from src.scoring.stats import bootstrap_f1, percentile_interval, resample_counts
 from src.scoring.variants import PRIMARY, VARIANTS, score_all_variants
-
 
 BYTES_PER_COUNT = 16  # float64 counts, held twice while the blocks are concatenated
 
@@ -41,8 +48,12 @@ def variant_report(pairs, variants: Sequence[str], lowercase: bool, counts) -> d
     blocks = {}
     for name, scored in scores.items():
         precision, recall, f1 = scored.prf()
-        block = {"precision": float(precision), "recall": float(recall), "f1": float(f1),
-                 "description": VARIANTS[name].description}
+        block = {
+            "precision": float(precision),
+            "recall": float(recall),
+            "f1": float(f1),
+            "description": VARIANTS[name].description,
+        }
         if counts is not None:
             low, high = percentile_interval(bootstrap_f1(scored.stats, counts))
             block["ci95"] = [float(low), float(high)]
@@ -82,20 +93,30 @@ def build_parser() -> argparse.ArgumentParser:
     parser = OneLineArgumentParser(prog="python -m src.score", description=__doc__.splitlines()[0])
     parser.add_argument("--gold", required=True, help="gold dataset JSONL (data/prepared/{task}/{name}.jsonl)")
     parser.add_argument("--pred", required=True, help='prediction JSONL: {"id": str, "predictions": [...]}')
-    parser.add_argument("--bootstrap", type=bounded_int(0, MAX_RESAMPLES), default=0, metavar="N",
-                        help="resamples for 95%% CIs (0: none; at most 1,000,000)")
+    parser.add_argument(
+        "--bootstrap",
+        type=bounded_int(0, MAX_RESAMPLES),
+        default=0,
+        metavar="N",
+        help="resamples for 95%% CIs (0: none; at most 1,000,000)",
+    )
     parser.add_argument("--seed", type=seed_type, default=0, help="bootstrap seed (0 to 2**32 - 1)")
     parser.add_argument("--lowercase", action="store_true", help="compare words case-insensitively")
-    parser.add_argument("--variant", choices=[*VARIANTS, "all"], default=PRIMARY,
-                        help="scorer: paper (the paper's formula, default), the study's released scorer "
-                             "(released, released_best, released_char, released_char_best) or all side by side")
+    parser.add_argument(
+        "--variant",
+        choices=[*VARIANTS, "all"],
+        default=PRIMARY,
+        help="scorer: paper (the paper's formula, default), the study's released scorer "
+        "(released, released_best, released_char, released_char_best) or all side by side",
+    )
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return print_json_report(lambda: score_files(
-        args.gold, args.pred, args.bootstrap, args.seed, args.lowercase, args.variant))
+    return print_json_report(
+        lambda: score_files(args.gold, args.pred, args.bootstrap, args.seed, args.lowercase, args.variant)
+    )
 
 
 if __name__ == "__main__":

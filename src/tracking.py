@@ -22,8 +22,9 @@ import re
 import socket
 import subprocess
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import yaml
 from filelock import FileLock
@@ -59,7 +60,7 @@ def tracking_uri(explicit: str | None = None) -> str:
 def store_lock_path(uri: str) -> Path:
     """The lock guarding first use of the store: beside a SQLite file, else in the temp dir."""
     if uri.startswith("sqlite:///"):
-        database = Path(uri[len("sqlite:///"):].split("?", 1)[0])
+        database = Path(uri[len("sqlite:///") :].split("?", 1)[0])
         database.parent.mkdir(parents=True, exist_ok=True)
         return database.with_name(database.name + ".lock")
     digest = hashlib.sha256(uri.encode("utf-8")).hexdigest()[:16]
@@ -77,7 +78,7 @@ def start_experiment(name: str, uri: str | None = None) -> str:
     resolved = tracking_uri(uri)
     mlflow.set_tracking_uri(resolved)
     location = None
-    if resolved.startswith("sqlite:///") and Path(resolved[len("sqlite:///"):]).parent == LOCAL_STORE:
+    if resolved.startswith("sqlite:///") and Path(resolved[len("sqlite:///") :]).parent == LOCAL_STORE:
         location = (LOCAL_STORE / "artifacts").as_uri()
     with FileLock(str(store_lock_path(resolved)), timeout=STORE_LOCK_TIMEOUT_S):
         # The first client call creates and migrates the schema: only one process at a time.

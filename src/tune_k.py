@@ -38,7 +38,13 @@ def tune(cfg: DictConfig) -> dict:
         raise SystemExit(f"strategy {strategy.name} uses no exemplars: choose an inductive one (I, D+I, A+I, A+D+I)")
     backend = build_backend(cfg)
     options = prompt_options(cfg)
-    result: dict = {"model": cfg.model.name, "strategy": strategy.name, "limit": cfg.limit, "seed": cfg.seed, "tasks": {}}
+    result: dict = {
+        "model": cfg.model.name,
+        "strategy": strategy.name,
+        "limit": cfg.limit,
+        "seed": cfg.seed,
+        "tasks": {},
+    }
     for task in cfg.tasks:
         path = Path(cfg.paths.prepared) / task / f"{VALIDATION_SPLIT}.jsonl"
 

@@ -7,7 +7,9 @@ import pytest
 from src.cli import optional_int
 
 
-@pytest.mark.parametrize("value, expected", [(None, None), ("None", None), ("null", None), ("", None), ("7", 7), (7, 7), (0, 0)])
+@pytest.mark.parametrize(
+    "value, expected", [(None, None), ("None", None), ("null", None), ("", None), ("7", 7), (7, 7), (0, 0)]
+)
 def test_optional_int_reads_dvc_and_hydra_values(value, expected):
     assert optional_int(value) == expected
 

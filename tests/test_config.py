@@ -37,7 +37,16 @@ def test_default_configuration_is_the_embedded_model_and_reads_params_yaml():
 @pytest.mark.parametrize("model", MODELS)
 def test_every_model_composes_with_the_required_fields(model):
     cfg = _compose(f"model={model}")
-    for key in ("name", "family", "architecture", "params_total_b", "params_active_b", "context_length", "backend", "model_id"):
+    for key in (
+        "name",
+        "family",
+        "architecture",
+        "params_total_b",
+        "params_active_b",
+        "context_length",
+        "backend",
+        "model_id",
+    ):
         assert cfg.model[key] is not None, f"{model}: {key} missing"
     assert cfg.model.architecture in ("dense", "moe")
     assert cfg.model.params_active_b <= cfg.model.params_total_b

@@ -85,7 +85,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
                 stack.pop()
                 continue
             if state.get(step) == 1:
-                return path[path.index(step):] + [step]
+                return path[path.index(step) :] + [step]
             if not state.get(step):
                 state[step] = 1
                 path.append(step)

@@ -182,12 +182,18 @@ def test_plus_names_work_on_a_real_hydra_command_line(conf_dir, tmp_path):
     common = [f"hydra.run.dir={tmp_path / 'run'}", f"hydra.sweep.dir={tmp_path / 'sweep'}"]
     single = subprocess.run(
         [sys.executable, str(app), "strategy=A+D+I", "model=qwen3_moe", *common],
-        capture_output=True, text=True, timeout=120, check=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
     )
     assert "STRATEGY A+D+I qwen3_moe" in single.stdout
     multi = subprocess.run(
         [sys.executable, str(app), "-m", "strategy=I,D+I,A+D", *common],
-        capture_output=True, text=True, timeout=120, check=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
     )
     printed = [line for line in multi.stdout.splitlines() if line.startswith("STRATEGY")]
     assert printed == ["STRATEGY I smollm2_135m", "STRATEGY D+I smollm2_135m", "STRATEGY A+D smollm2_135m"]

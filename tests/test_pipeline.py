@@ -104,19 +104,34 @@ def test_a_stray_run_never_changes_the_pipeline_report(project: Path):
     """Provenance: the analysis reads exactly the runs the summaries name, not the newest ones."""
     before = (project / "reports/analysis.json").read_bytes()
     stray = subprocess.run(
-        [sys.executable, "-m", "src.run", "model=smollm2_135m", "strategy=I", "limit=1", "tasks=[timex]",
-         "datasets=[base]", f"hydra.run.dir={project / 'outputs/stray'}"],
-        cwd=project, env=_env(), capture_output=True, text=True, timeout=900,
+        [
+            sys.executable,
+            "-m",
+            "src.run",
+            "model=smollm2_135m",
+            "strategy=I",
+            "limit=1",
+            "tasks=[timex]",
+            "datasets=[base]",
+            f"hydra.run.dir={project / 'outputs/stray'}",
+        ],
+        cwd=project,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     assert stray.returncode == 0, stray.stderr[-3000:]
-    forced = _dvc(project, "repro", "analyze", "--force")
+    forced = _dvc(project, "repro", "--force", "--single-item", "analyze")  # the analysis alone
     assert forced.returncode == 0, forced.stderr[-3000:]
     assert (project / "reports/analysis.json").read_bytes() == before
 
 
 def test_one_parameter_as_a_dvc_experiment_and_the_plots(project: Path):
     subprocess.run(["git", "add", "-A"], cwd=project, check=True, capture_output=True)
-    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "smoke"], cwd=project, check=True)
+    subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "smoke"], cwd=project, check=True
+    )
     done = _dvc(project, "exp", "run", "-S", "sweep.yaml:sweep.resamples=150", "--name", "fewer-resamples")
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     assert "Running stage 'analyze'" in done.stdout and "Running stage 'run@" not in done.stdout
@@ -137,8 +152,12 @@ def test_push_then_a_fresh_clone_pulls_every_stage_output(project: Path, tmp_pat
     assert pushed.returncode == 0, pushed.stderr[-3000:]
     clone = tmp_path / "clone"
     subprocess.run(["git", "add", "-A"], cwd=project, check=True, capture_output=True)
-    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "pushed"], cwd=project,
-                   check=True, capture_output=True)
+    subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "pushed"],
+        cwd=project,
+        check=True,
+        capture_output=True,
+    )
     subprocess.run(["git", "clone", "-q", str(project), str(clone)], check=True)
     pulled = subprocess.run(
         [sys.executable, "-m", "dvc", "pull", "-r", "team"], cwd=clone, env=_env(), capture_output=True, text=True
@@ -146,8 +165,11 @@ def test_push_then_a_fresh_clone_pulls_every_stage_output(project: Path, tmp_pat
     assert pulled.returncode == 0, pulled.stderr[-3000:]
     for path in ("data/derived/timex/adv.jsonl", "models/finetuned/minilm-timex", "summaries/runs/smollm2_135m-I.json"):
         assert (clone / path).exists(), f"{path} not pulled"
-    status = subprocess.run([sys.executable, "-m", "dvc", "status"], cwd=clone, env=_env(), capture_output=True, text=True)
+    status = subprocess.run(
+        [sys.executable, "-m", "dvc", "status"], cwd=clone, env=_env(), capture_output=True, text=True
+    )
     assert "changed" not in status.stdout and "modified" not in status.stdout, status.stdout
-    dry = subprocess.run([sys.executable, "-m", "dvc", "repro", "--dry"], cwd=clone, env=_env(), capture_output=True,
-                         text=True)
+    dry = subprocess.run(
+        [sys.executable, "-m", "dvc", "repro", "--dry"], cwd=clone, env=_env(), capture_output=True, text=True
+    )
     assert "Running stage" not in dry.stdout, dry.stdout[-3000:]

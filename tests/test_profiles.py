@@ -36,5 +36,7 @@ def test_the_default_profile_is_a_study_and_the_paper_profile_the_studys_conditi
     default = _sweep(ROOT / "conf/profiles/default.yaml")
     assert len(default["strategies"]) == 7 and default["limit"] >= 40 and default["derive_limit"] >= 40
     paper = _sweep(ROOT / "conf/profiles/paper.yaml")
-    assert {"qwen3_moe", "llama4_maverick", "mixtral_8x7b", "ministral_8b", "llama3_8b", "qwen25_7b"} <= set(paper["models"])
+    assert {"qwen3_moe", "llama4_maverick", "mixtral_8x7b", "ministral_8b", "llama3_8b", "qwen25_7b"} <= set(
+        paper["models"]
+    )
     assert paper["limit"] is None and paper["derive_limit"] is None and paper["experiment"] == "study_condition"

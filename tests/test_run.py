@@ -35,7 +35,9 @@ TIMEX = [
     _record("d2#s0", "Sales rose last week and again today .", [("last week", "TIMEX"), ("today", "TIMEX")]),
     _record("d3#s0", "He left in 1998 .", [("1998", "TIMEX")]),
 ]
-COMP = [_record("d4#s0", "They met on Monday and signed .", [("Monday", "TIMEX"), ("met", "EVENT"), ("signed", "EVENT")])]
+COMP = [
+    _record("d4#s0", "They met on Monday and signed .", [("Monday", "TIMEX"), ("met", "EVENT"), ("signed", "EVENT")])
+]
 ANSWERS = {  # the last text of the prompt -> the canned model answer
     "The meeting was held on Friday .": '```json\n["Friday"]\n```',
     "Sales rose last week and again today .": '["week", "today"]',
@@ -169,18 +171,44 @@ def test_failed_requests_are_reported_and_a_rerun_completes_them(workspace: Path
 def test_missing_api_key_fails_before_any_request(workspace: Path):
     env = {k: v for k, v in os.environ.items() if k not in ("OPENROUTER_API_KEY", "MLFLOW_TRACKING_URI")}
     done = subprocess.run(
-        [sys.executable, "-m", "src.run", "model=qwen3_moe", "strategy=I", "limit=1", "dimension=base",
-         f"paths.prepared={workspace / 'prepared'}", "tasks=[timex]", f"paths.cache={workspace / 'cache'}",
-         f"mlflow.tracking_uri=sqlite:///{workspace / 'mlflow.db'}", f"hydra.run.dir={workspace / 'outputs'}"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "src.run",
+            "model=qwen3_moe",
+            "strategy=I",
+            "limit=1",
+            "dimension=base",
+            f"paths.prepared={workspace / 'prepared'}",
+            "tasks=[timex]",
+            f"paths.cache={workspace / 'cache'}",
+            f"mlflow.tracking_uri=sqlite:///{workspace / 'mlflow.db'}",
+            f"hydra.run.dir={workspace / 'outputs'}",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode != 0
     assert "OPENROUTER_API_KEY" in done.stderr
-    assert not (workspace / "mlflow.db").exists() or "qwen3_moe-I" not in (workspace / "mlflow.db").read_bytes().decode("latin-1")
+    assert not (workspace / "mlflow.db").exists() or "qwen3_moe-I" not in (workspace / "mlflow.db").read_bytes().decode(
+        "latin-1"
+    )
 
 
-@pytest.mark.parametrize("override", ["limit=abc", "limit=-1", "tasks=[nope]", "datasets=[nope]",
-                                      "prompt.answer_format=nope", "scoring.bootstrap_resamples=0"])
+@pytest.mark.parametrize(
+    "override",
+    [
+        "limit=abc",
+        "limit=-1",
+        "tasks=[nope]",
+        "datasets=[nope]",
+        "prompt.answer_format=nope",
+        "scoring.bootstrap_resamples=0",
+    ],
+)
 def test_a_bad_override_is_one_line_and_opens_no_run(workspace: Path, override: str):
     with FakeOpenAIServer(answer=_answer) as server:
         done = _run(workspace, server, override)

@@ -14,21 +14,42 @@ from src import compare, score
 REPO = Path(__file__).resolve().parents[1]
 
 TIMEX_GOLD = [
-    {"id": "s1", "doc_id": "d1", "text": "We met last week on Friday.", "source": "t",
-     "spans": [{"start": 7, "end": 16, "text": "last week", "label": "TIMEX"},
-               {"start": 20, "end": 26, "text": "Friday", "label": "TIMEX"}]},
-    {"id": "s2", "doc_id": "d1", "text": "It rained for three days in May.", "source": "t",
-     "spans": [{"start": 14, "end": 24, "text": "three days", "label": "TIMEX"},
-               {"start": 28, "end": 31, "text": "May", "label": "TIMEX"}]},
+    {
+        "id": "s1",
+        "doc_id": "d1",
+        "text": "We met last week on Friday.",
+        "source": "t",
+        "spans": [
+            {"start": 7, "end": 16, "text": "last week", "label": "TIMEX"},
+            {"start": 20, "end": 26, "text": "Friday", "label": "TIMEX"},
+        ],
+    },
+    {
+        "id": "s2",
+        "doc_id": "d1",
+        "text": "It rained for three days in May.",
+        "source": "t",
+        "spans": [
+            {"start": 14, "end": 24, "text": "three days", "label": "TIMEX"},
+            {"start": 28, "end": 31, "text": "May", "label": "TIMEX"},
+        ],
+    },
 ]
 TIMEX_PRED = [
     {"id": "s2", "predictions": ["days", "June"]},
     {"id": "s1", "predictions": ["the last week", "Friday", "Friday"]},
 ]
 COMP_GOLD = [
-    {"id": "c1", "doc_id": "d2", "text": "He met her yesterday.", "source": "t",
-     "spans": [{"start": 3, "end": 6, "text": "met", "label": "EVENT"},
-               {"start": 11, "end": 20, "text": "yesterday", "label": "TIMEX"}]},
+    {
+        "id": "c1",
+        "doc_id": "d2",
+        "text": "He met her yesterday.",
+        "source": "t",
+        "spans": [
+            {"start": 3, "end": 6, "text": "met", "label": "EVENT"},
+            {"start": 11, "end": 20, "text": "yesterday", "label": "TIMEX"},
+        ],
+    },
 ]
 
 
@@ -38,9 +59,7 @@ def write_jsonl(path: Path, rows) -> str:
 
 
 def run_module(module: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", module, *args], cwd=REPO, capture_output=True, text=True, timeout=120
-    )
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=REPO, capture_output=True, text=True, timeout=120)
 
 
 def test_score_command_end_to_end_with_bootstrap(tmp_path):
@@ -66,11 +85,13 @@ def test_score_command_end_to_end_with_bootstrap(tmp_path):
 
 def test_compare_command_end_to_end(tmp_path):
     gold = write_jsonl(tmp_path / "gold.jsonl", TIMEX_GOLD)
-    perfect = write_jsonl(tmp_path / "a.jsonl", [{"id": g["id"], "predictions": [s["text"] for s in g["spans"]]}
-                                                  for g in TIMEX_GOLD])
+    perfect = write_jsonl(
+        tmp_path / "a.jsonl", [{"id": g["id"], "predictions": [s["text"] for s in g["spans"]]} for g in TIMEX_GOLD]
+    )
     empty = write_jsonl(tmp_path / "b.jsonl", [{"id": g["id"], "predictions": []} for g in TIMEX_GOLD])
-    done = run_module("src.compare", "--gold", gold, "--pred-a", perfect, "--pred-b", empty,
-                      "--resamples", "500", "--seed", "3")
+    done = run_module(
+        "src.compare", "--gold", gold, "--pred-a", perfect, "--pred-b", empty, "--resamples", "500", "--seed", "3"
+    )
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert (report["f1_a"], report["f1_b"], report["delta"]) == (1.0, 0.0, 1.0)
@@ -80,8 +101,10 @@ def test_compare_command_end_to_end(tmp_path):
 
 def test_score_reports_per_label_blocks_for_two_label_gold(tmp_path, capsys):
     gold = write_jsonl(tmp_path / "gold.jsonl", COMP_GOLD)
-    pred = write_jsonl(tmp_path / "pred.jsonl", [{"id": "c1", "predictions": [
-        {"text": "met", "label": "TIMEX"}, {"text": "yesterday", "label": "TIMEX"}]}])
+    pred = write_jsonl(
+        tmp_path / "pred.jsonl",
+        [{"id": "c1", "predictions": [{"text": "met", "label": "TIMEX"}, {"text": "yesterday", "label": "TIMEX"}]}],
+    )
     assert score.main(["--gold", gold, "--pred", pred, "--bootstrap", "50"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["lcs"]["f1"] == pytest.approx(0.5)

@@ -17,8 +17,9 @@ def test_the_study_has_thirteen_task_dataset_pairs_in_four_dimensions():
     assert len(keys) == 13 and keys[0] == "timex/base" and keys[-1] == "comp/base"
     dims = study.dimension_keys()
     assert set(dims) == {"robustness", "domain", "compositional", "structural"}
-    assert sorted(k for ks in dims.values() for k in ks) == sorted(k for k in keys if k.split("/")[1] != "base" or
-                                                                  k.startswith("comp/"))
+    assert sorted(k for ks in dims.values() for k in ks) == sorted(
+        k for k in keys if k.split("/")[1] != "base" or k.startswith("comp/")
+    )
 
 
 @pytest.mark.parametrize("dimension", ["all", "base", "robustness", "domain", "compositional", "structural"])

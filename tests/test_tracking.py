@@ -87,10 +87,18 @@ def test_close_stale_runs_fails_only_runs_whose_owner_is_gone(store):
     closed = tracking.close_stale_runs(experiment_id, "cfg", client)
 
     assert sorted(closed) == sorted([no_owner, dead_here])
-    status = {run_id: client.get_run(run_id).info.status
-              for run_id in (no_owner, dead_here, alive_here, elsewhere, other_name, finished)}
-    assert status == {no_owner: "FAILED", dead_here: "FAILED", alive_here: "RUNNING",
-                      elsewhere: "RUNNING", other_name: "RUNNING", finished: "FINISHED"}
+    status = {
+        run_id: client.get_run(run_id).info.status
+        for run_id in (no_owner, dead_here, alive_here, elsewhere, other_name, finished)
+    }
+    assert status == {
+        no_owner: "FAILED",
+        dead_here: "FAILED",
+        alive_here: "RUNNING",
+        elsewhere: "RUNNING",
+        other_name: "RUNNING",
+        finished: "FINISHED",
+    }
     assert client.get_run(no_owner).data.tags["tempgen.closed_as_stale"] == "true"
     assert tracking.close_stale_runs(experiment_id, "cfg", client) == []  # idempotent
 

@@ -29,11 +29,25 @@ def test_tune_k_picks_the_best_validation_k(tmp_path: Path):
     env["OPENROUTER_API_KEY"] = "sk-test"
     with FakeOpenAIServer(answer=_answer_well_with_five_exemplars) as server:
         done = subprocess.run(
-            [sys.executable, "-m", "src.tune_k", "model=qwen3_moe", "strategy=I", "tasks=[timex]",
-             f"model.options.base_url={server.base_url}", f"paths.prepared={tmp_path / 'prepared'}",
-             f"paths.cache={tmp_path / 'cache'}", f"hydra.run.dir={tmp_path / 'outputs'}",
-             f"+k_selection_output={tmp_path / 'k.json'}", "scoring.bootstrap_resamples=50"],
-            cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+            [
+                sys.executable,
+                "-m",
+                "src.tune_k",
+                "model=qwen3_moe",
+                "strategy=I",
+                "tasks=[timex]",
+                f"model.options.base_url={server.base_url}",
+                f"paths.prepared={tmp_path / 'prepared'}",
+                f"paths.cache={tmp_path / 'cache'}",
+                f"hydra.run.dir={tmp_path / 'outputs'}",
+                f"+k_selection_output={tmp_path / 'k.json'}",
+                "scoring.bootstrap_resamples=50",
+            ],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
         )
         assert done.returncode == 0, done.stderr[-3000:]
         assert server.request_count == 3

@@ -38,8 +38,7 @@ def create_backend(name: str, **options) -> Backend:
         if exc.name and exc.name.startswith("src."):
             raise
         raise ImportError(
-            f"backend {name!r} needs {package!r}, which is not installed ({exc.name} missing): "
-            f"pip install {package}"
+            f"backend {name!r} needs {package!r}, which is not installed ({exc.name} missing): pip install {package}"
         ) from exc
     backend_class = getattr(module, class_name)
     accepted = set(inspect.signature(backend_class).parameters)

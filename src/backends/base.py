@@ -7,8 +7,9 @@ failures without knowing which backend produced them.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Protocol, Sequence, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 ROLES = ("system", "user", "assistant")
 

@@ -26,8 +26,8 @@ import logging
 import os
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from src.backends.base import Backend, ChatRequest, GenerationResult, ResultCallback
 
@@ -102,8 +102,9 @@ class ResponseCache:
             return None
         return entry
 
-    def put(self, key: str, fields: dict, text: str, usage: dict, latency_s: float,
-            finish_reason: str | None = None) -> None:
+    def put(
+        self, key: str, fields: dict, text: str, usage: dict, latency_s: float, finish_reason: str | None = None
+    ) -> None:
         """Store an answer atomically (temp file + ``os.replace``); refuses anything but text."""
         if not isinstance(text, str):
             raise TypeError(f"cache entry {key}: text must be a string, got {type(text).__name__}")
@@ -183,8 +184,11 @@ class CachedBackend:
                 pending_fields[key] = fields
                 continue
             results[position] = GenerationResult(
-                request, entry["text"], usage=dict(entry.get("usage") or {}),
-                latency_s=float(entry.get("latency_s", 0.0)), cached=True,
+                request,
+                entry["text"],
+                usage=dict(entry.get("usage") or {}),
+                latency_s=float(entry.get("latency_s", 0.0)),
+                cached=True,
                 finish_reason=_finish_reason_of(entry),
             )
             if on_result is not None:
@@ -195,7 +199,10 @@ class CachedBackend:
         owners = [pending[key] for key in keys] + [[p] for p in uncacheable]
         logger.info(
             "%s %s: %d cached, %d to generate",
-            self.name, self.model_id, len(requests) - sum(map(len, owners)), len(to_send),
+            self.name,
+            self.model_id,
+            len(requests) - sum(map(len, owners)),
+            len(to_send),
         )
         if not to_send:
             return results  # type: ignore[return-value]
@@ -223,8 +230,13 @@ class CachedBackend:
 def _for_request(result: GenerationResult, request: ChatRequest) -> GenerationResult:
     """A copy of ``result`` answering a duplicate ``request`` (same content, other request_id)."""
     return GenerationResult(
-        request, result.text, error=result.error, usage=dict(result.usage),
-        latency_s=result.latency_s, cached=result.cached, finish_reason=result.finish_reason,
+        request,
+        result.text,
+        error=result.error,
+        usage=dict(result.usage),
+        latency_s=result.latency_s,
+        cached=result.cached,
+        finish_reason=result.finish_reason,
     )
 
 

@@ -76,8 +76,7 @@ def _single_gguf(folder: Path) -> str:
     candidates = sorted(p.name for p in folder.glob("*.gguf"))
     if len(candidates) != 1:
         raise FileNotFoundError(
-            f"model location: expected exactly one .gguf file in {folder}, found {candidates}; "
-            f"name one with gguf_file"
+            f"model location: expected exactly one .gguf file in {folder}, found {candidates}; name one with gguf_file"
         )
     return candidates[0]
 

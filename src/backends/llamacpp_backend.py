@@ -33,8 +33,9 @@ import logging
 import os
 import re
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -117,16 +118,24 @@ class LlamaCppBackend:
         self.n_batch = n_batch
         self.seed = seed
         self.prefix_reuse = prefix_reuse
-        self.stats = {"requests": 0, "prompt_tokens": 0, "prompt_tokens_reused": 0,
-                      "completion_tokens": 0, "prompt_s": 0.0, "generation_s": 0.0}
+        self.stats = {
+            "requests": 0,
+            "prompt_tokens": 0,
+            "prompt_tokens_reused": 0,
+            "completion_tokens": 0,
+            "prompt_s": 0.0,
+            "generation_s": 0.0,
+        }
         self._llm: Any = None
         self._formatter: Any = None
         self._grammars: dict[str, str] = {}
         self._warned_no_template = False
 
     def __repr__(self) -> str:
-        return (f"LlamaCppBackend(model_id={self.model_id!r}, gguf_file={self.gguf_file!r}, "
-                f"n_ctx={self.n_ctx}, n_threads={self.n_threads}, prefix_reuse={self.prefix_reuse})")
+        return (
+            f"LlamaCppBackend(model_id={self.model_id!r}, gguf_file={self.gguf_file!r}, "
+            f"n_ctx={self.n_ctx}, n_threads={self.n_threads}, prefix_reuse={self.prefix_reuse})"
+        )
 
     def cache_identity(self) -> dict:
         """Options that change the answer: the model file. Threads, batch and reuse do not."""
@@ -149,26 +158,40 @@ class LlamaCppBackend:
 
         started = time.perf_counter()
         llm = llama_cpp.Llama(
-            model_path=str(self.path), n_ctx=self.n_ctx, n_batch=self.n_batch, n_threads=self.n_threads,
-            n_threads_batch=self.n_threads, seed=self.seed, logits_all=False, verbose=False,
+            model_path=str(self.path),
+            n_ctx=self.n_ctx,
+            n_batch=self.n_batch,
+            n_threads=self.n_threads,
+            n_threads_batch=self.n_threads,
+            seed=self.seed,
+            logits_all=False,
+            verbose=False,
         )
         model = llm._model
         template = llm.metadata.get("tokenizer.chat_template")
         if template:
+
             def token_text(token: int) -> str:
                 return model.token_get_text(token) if token >= 0 else ""
 
             self._formatter = Jinja2ChatFormatter(
-                template=template, eos_token=token_text(model.token_eos()),
-                bos_token=token_text(model.token_bos()), add_generation_prompt=True,
+                template=template,
+                eos_token=token_text(model.token_eos()),
+                bos_token=token_text(model.token_bos()),
+                add_generation_prompt=True,
             )
         self._vocab = model.vocab
         self._n_vocab = llm.n_vocab()
         self._bos = model.token_bos()
         self._add_bos = bool(model.add_bos_token())
         self._llm = llm
-        logger.info("loaded %s (%s) in %.1fs, %d threads", self.model_id, self.path, time.perf_counter() - started,
-                    self.n_threads)
+        logger.info(
+            "loaded %s (%s) in %.1fs, %d threads",
+            self.model_id,
+            self.path,
+            time.perf_counter() - started,
+            self.n_threads,
+        )
 
     def render(self, request: ChatRequest) -> str:
         """The prompt text: the GGUF's chat template with the assistant turn opened, or for a
@@ -229,9 +252,17 @@ class LlamaCppBackend:
                 finish(index, GenerationResult(request, None, error=f"prompt: {type(exc).__name__}: {exc}"))
                 continue
             if len(tokens) + request.max_tokens > self.n_ctx:
-                finish(index, GenerationResult(request, None, error=(
-                    f"prompt of {len(tokens)} tokens + max_tokens {request.max_tokens} exceeds the "
-                    f"context length n_ctx={self.n_ctx} of the llamacpp backend")))
+                finish(
+                    index,
+                    GenerationResult(
+                        request,
+                        None,
+                        error=(
+                            f"prompt of {len(tokens)} tokens + max_tokens {request.max_tokens} exceeds the "
+                            f"context length n_ctx={self.n_ctx} of the llamacpp backend"
+                        ),
+                    ),
+                )
             else:
                 encoded[index] = tokens
         bar = tqdm(total=len(requests), desc=progress, unit="req", disable=progress is None)
@@ -248,9 +279,14 @@ class LlamaCppBackend:
         seconds = self.stats["generation_s"] - before["generation_s"]
         completion = self.stats["completion_tokens"] - before["completion_tokens"]
         if encoded:
-            logger.info("llamacpp: %d requests, prefix reuse %d/%d prompt tokens (%.1f%%), %.1f generated tok/s",
-                        len(encoded), reused, prompt, 100.0 * reused / max(prompt, 1),
-                        completion / seconds if seconds else 0.0)
+            logger.info(
+                "llamacpp: %d requests, prefix reuse %d/%d prompt tokens (%.1f%%), %.1f generated tok/s",
+                len(encoded),
+                reused,
+                prompt,
+                100.0 * reused / max(prompt, 1),
+                completion / seconds if seconds else 0.0,
+            )
         return results  # type: ignore[return-value]
 
     def _generate_one(self, request: ChatRequest, tokens: list[int]) -> GenerationResult:

@@ -23,8 +23,9 @@ import os
 import random
 import ssl
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Sequence
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
@@ -235,10 +236,7 @@ class OpenAIBackend:
             async with contextlib.AsyncExitStack() as stack:
                 for client in clients:
                     await stack.enter_async_context(client)
-                tasks = [
-                    asyncio.ensure_future(self._indexed(i, request, state))
-                    for i, request in enumerate(requests)
-                ]
+                tasks = [asyncio.ensure_future(self._indexed(i, request, state)) for i, request in enumerate(requests)]
                 try:
                     for next_done in asyncio.as_completed(tasks):
                         index, result = await next_done
@@ -272,7 +270,7 @@ class OpenAIBackend:
     async def _indexed(self, index, request, state) -> tuple[int, GenerationResult]:
         return index, await self._generate_one(request, state)
 
-    async def _generate_one(self, request: ChatRequest, state: "_LoopState") -> GenerationResult:
+    async def _generate_one(self, request: ChatRequest, state: _LoopState) -> GenerationResult:
         """Attempts with retries; returns a failed result instead of raising."""
         last_error = ""
         for attempt in range(self.retry.max_retries + 1):
@@ -284,7 +282,10 @@ class OpenAIBackend:
                 try:
                     text, finish_reason, usage = await self._attempt(request, client)
                     return GenerationResult(
-                        request, text, usage=usage, latency_s=time.perf_counter() - started,
+                        request,
+                        text,
+                        usage=usage,
+                        latency_s=time.perf_counter() - started,
                         finish_reason=finish_reason,
                     )
                 except _RetryableError as exc:
@@ -305,7 +306,11 @@ class OpenAIBackend:
                 state.pause_until(time.monotonic() + delay)
             logger.info(
                 "request %r: %s; retry %d/%d in %.2fs",
-                request.request_id, last_error, attempt + 1, self.retry.max_retries, delay,
+                request.request_id,
+                last_error,
+                attempt + 1,
+                self.retry.max_retries,
+                delay,
             )
             await asyncio.sleep(delay)
         message = f"gave up after {self.retry.max_retries + 1} attempts: {last_error}"
@@ -317,8 +322,9 @@ class OpenAIBackend:
         body = dict(self.extra_body)
         if self.request_cost:
             body.setdefault("usage", {"include": True})
-        body.update(model=self.model_id, max_tokens=request.max_tokens, temperature=request.temperature,
-                    seed=request.seed)
+        body.update(
+            model=self.model_id, max_tokens=request.max_tokens, temperature=request.temperature, seed=request.seed
+        )
         if request.completion:  # the completion prompt form: plain text continued, no chat template
             endpoint = "/completions"
             body["prompt"] = request.messages[0][1]
@@ -344,9 +350,7 @@ class OpenAIBackend:
             if retry_after is None and headers.get("retry-after-ms"):
                 milliseconds = parse_retry_after(headers.get("retry-after-ms"))
                 retry_after = None if milliseconds is None else milliseconds / 1000
-            raise _RetryableError(
-                _describe(exc), retry_after, rate_limited=exc.status_code == 429
-            ) from None
+            raise _RetryableError(_describe(exc), retry_after, rate_limited=exc.status_code == 429) from None
         except (openai.APIConnectionError, TimeoutError) as exc:  # includes APITimeoutError
             raise _RetryableError(_describe(exc) or "timeout") from None
         return _parse_completion(response, request.completion)
@@ -402,8 +406,9 @@ def _parse_completion(response: httpx.Response, plain_text: bool = False) -> tup
         payload = json.loads(response.content)
     except ValueError:
         kind = response.headers.get("content-type", "no content type")
-        raise _RetryableError(f"HTTP {response.status_code} body is not valid JSON ({kind}, "
-                              f"{len(response.content)} bytes)") from None
+        raise _RetryableError(
+            f"HTTP {response.status_code} body is not valid JSON ({kind}, {len(response.content)} bytes)"
+        ) from None
     if not isinstance(payload, dict):
         raise _RetryableError(f"response is a JSON {type(payload).__name__}, not an object")
     if payload.get("error"):

@@ -18,7 +18,8 @@ import inspect
 import logging
 import os
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from tqdm.auto import tqdm
 
@@ -145,9 +146,7 @@ class TransformersBackend:
             if messages[0]["role"] != "system" or len(messages) < 2:
                 raise
             merged = [{"role": messages[1]["role"], "content": f"{messages[0]['content']}\n\n{messages[1]['content']}"}]
-            return tokenizer.apply_chat_template(
-                merged + messages[2:], add_generation_prompt=True, tokenize=False
-            )
+            return tokenizer.apply_chat_template(merged + messages[2:], add_generation_prompt=True, tokenize=False)
 
     def encode(self, request: ChatRequest) -> list[int]:
         """Prompt token ids: the rendered chat template as is, or a completion prompt with the
@@ -183,9 +182,17 @@ class TransformersBackend:
                 finish(index, GenerationResult(request, None, error=f"chat template: {type(exc).__name__}: {exc}"))
                 continue
             if limit and len(ids) + request.max_tokens > limit:
-                finish(index, GenerationResult(request, None, error=(
-                    f"prompt of {len(ids)} tokens + max_tokens {request.max_tokens} exceeds the "
-                    f"context length {limit} of {self.model_id}")))
+                finish(
+                    index,
+                    GenerationResult(
+                        request,
+                        None,
+                        error=(
+                            f"prompt of {len(ids)} tokens + max_tokens {request.max_tokens} exceeds the "
+                            f"context length {limit} of {self.model_id}"
+                        ),
+                    ),
+                )
             else:
                 encoded[index] = ids
         bar = tqdm(total=len(requests), desc=progress, unit="req", disable=progress is None)
@@ -204,6 +211,7 @@ class TransformersBackend:
 
     def _plan_batches(self, requests: list[ChatRequest], encoded: dict[int, list[int]]) -> list[list[int]]:
         """Group by decoding settings, longest first within a group, then cut into batches."""
+
         def settings(i: int) -> tuple:
             request = requests[i]
             sampling = (request.temperature, request.seed) if request.temperature > 0 else (0.0, 0)
@@ -230,19 +238,27 @@ class TransformersBackend:
                 return [(indices[0], GenerationResult(requests[0], None, error="CUDA out of memory"))]
             torch.cuda.empty_cache()
             half = len(requests) // 2
-            return (self._run_batch(requests[:half], encoded[:half], indices[:half])
-                    + self._run_batch(requests[half:], encoded[half:], indices[half:]))
+            return self._run_batch(requests[:half], encoded[:half], indices[:half]) + self._run_batch(
+                requests[half:], encoded[half:], indices[half:]
+            )
         except Exception as exc:  # keep the run alive; the run reports the failed ids
             logger.exception("batch of %d failed", len(requests))
-            return [(i, GenerationResult(r, None, error=f"{type(exc).__name__}: {exc}"))
-                    for i, r in zip(indices, requests)]
+            return [
+                (i, GenerationResult(r, None, error=f"{type(exc).__name__}: {exc}")) for i, r in zip(indices, requests)
+            ]
         latency = time.perf_counter() - started
         results = []
         for index, request, prompt_ids, (new_ids, finish_reason) in zip(indices, requests, encoded, outputs):
             text, _ = cut_after_json(self._tokenizer.decode(new_ids, skip_special_tokens=True))
             usage = {"prompt_tokens": len(prompt_ids), "completion_tokens": len(new_ids)}
-            results.append((index, GenerationResult(
-                request, text.strip(), usage=usage, latency_s=latency, finish_reason=finish_reason)))
+            results.append(
+                (
+                    index,
+                    GenerationResult(
+                        request, text.strip(), usage=usage, latency_s=latency, finish_reason=finish_reason
+                    ),
+                )
+            )
         return results
 
     def _generate_ids(self, encoded: list[list[int]], request: ChatRequest) -> list[tuple[list[int], str]]:
@@ -267,14 +283,15 @@ class TransformersBackend:
         input_ids[:, :shared] = torch.tensor(encoded[0][:shared], dtype=torch.long)
         attention_mask[:, :shared] = 1
         for row, ids in enumerate(suffixes):
-            input_ids[row, shared + width - len(ids):] = torch.tensor(ids, dtype=torch.long)
-            attention_mask[row, shared + width - len(ids):] = 1
+            input_ids[row, shared + width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
+            attention_mask[row, shared + width - len(ids) :] = 1
         sampling = request.temperature > 0
         config = GenerationConfig(
             max_new_tokens=request.max_tokens,
             do_sample=sampling,
             temperature=request.temperature if sampling else None,
-            top_p=None, top_k=None,
+            top_p=None,
+            top_k=None,
             pad_token_id=self._pad_id,
             eos_token_id=self._stop_ids,
             bos_token_id=self._model.generation_config.bos_token_id,
@@ -300,7 +317,7 @@ class TransformersBackend:
             )
         stop = set(self._stop_ids)
         rows = []
-        for row, new in enumerate(output[:, shared + width:].tolist()):
+        for row, new in enumerate(output[:, shared + width :].tolist()):
             end = next((position for position, token in enumerate(new) if token in stop), None)
             if json_stop.ends[row] is not None and (end is None or json_stop.ends[row] <= end):
                 rows.append((new[: json_stop.ends[row]], "stop"))
@@ -333,7 +350,7 @@ class _JsonCompleteCriteria:
     def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
         import torch
 
-        new = input_ids[:, self._prompt_width + self._seen:].tolist()
+        new = input_ids[:, self._prompt_width + self._seen :].tolist()
         for row, tokens in enumerate(new):
             for offset, token in enumerate(tokens):
                 if self._ended[row]:

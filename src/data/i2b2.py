@@ -149,9 +149,7 @@ def read_i2b2(path: str | Path, source: str = "i2b2", repair_ampersands: bool = 
     return Document(doc_id=path.stem, text=text, spans=ordered, source=source)
 
 
-def read_i2b2_dir(
-    directory: str | Path, source: str = "i2b2", repair_ampersands: bool = True
-) -> list[Document]:
+def read_i2b2_dir(directory: str | Path, source: str = "i2b2", repair_ampersands: bool = True) -> list[Document]:
     """Read every ``*.xml`` file of a folder (the user's i2b2 path), sorted by file name."""
     paths = corpus_files(directory, ".xml", hint="set the i2b2 path to the folder of .xml files")
     return [read_i2b2(p, source, repair_ampersands) for p in paths]

@@ -11,8 +11,9 @@ import argparse
 import json
 import logging
 from collections import Counter
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import yaml
 
@@ -22,8 +23,8 @@ from src.data.i2b2 import read_i2b2_dir
 from src.data.schema import Document, Record, Span, write_records
 from src.data.segment import load_segmenter, merge_crossing, segment_documents
 from src.data.splits import sample_in_order, split_documents
-from src.data.timeml import read_timeml_dir
 from src.data.text import words
+from src.data.timeml import read_timeml_dir
 
 log = logging.getLogger(__name__)
 

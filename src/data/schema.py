@@ -11,9 +11,10 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 LABELS = ("TIMEX", "EVENT")
 RECORD_KEYS = ("id", "doc_id", "text", "spans", "source")
@@ -99,7 +100,7 @@ def check_spans(text: str, spans: Iterable[Span], where: str) -> None:
             raise ValueError(f"{where}: span {span.start}-{span.end} outside text of length {len(text)}")
         if text[span.start : span.end] != span.text:
             raise ValueError(
-                f"{where}: offsets {span.start}-{span.end} give {short_repr(text[span.start:span.end])}, "
+                f"{where}: offsets {span.start}-{span.end} give {short_repr(text[span.start : span.end])}, "
                 f"not the span text {short_repr(span.text)}"
             )
 

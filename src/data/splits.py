@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import random
-from typing import Sequence, TypeVar
+from collections.abc import Sequence
+from typing import TypeVar
 
 T = TypeVar("T")
 
@@ -51,7 +52,7 @@ def subset_by_id(records: Sequence[T], limit: int | None, seed: int, key=lambda 
         raise ValueError(f"limit must be >= 0, got {limit}")
 
     def rank(record: T) -> str:
-        return hashlib.sha256(f"{seed}:{key(record)}".encode("utf-8")).hexdigest()
+        return hashlib.sha256(f"{seed}:{key(record)}".encode()).hexdigest()
 
     chosen = set(sorted(range(len(records)), key=lambda i: rank(records[i]))[:limit])
     return [record for i, record in enumerate(records) if i in chosen]

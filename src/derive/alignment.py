@@ -19,8 +19,9 @@ from __future__ import annotations
 import difflib
 import re
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from src.data.schema import Record, Span, check_spans
 from src.data.text import word_offsets

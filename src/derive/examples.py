@@ -14,8 +14,9 @@ import difflib
 import json
 import random
 import re
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from src.data.schema import Record, Span, read_records
 from src.data.text import word_offsets
@@ -63,7 +64,9 @@ def describe(derived: Record) -> str:
     extra, facts = derived.extra, []
     if extra.get("derivation") == "adv":
         facts.append(f"attack {extra.get('attack') or 'none'}, {extra.get('attack_status')}")
-        facts.append(f"mislabel rate {extra.get('mislabel_rate_before', 0):.2f} -> {extra.get('mislabel_rate_after', 0):.2f}")
+        facts.append(
+            f"mislabel rate {extra.get('mislabel_rate_before', 0):.2f} -> {extra.get('mislabel_rate_after', 0):.2f}"
+        )
         facts.append(f"{extra.get('queries')} queries")
     if extra.get("derivation") == "adv_p":
         generator = extra.get("generator") or {}
@@ -87,8 +90,14 @@ def select_examples(derived: Sequence[Record], n: int, seed: int) -> list[Record
     return sorted(picked, key=lambda r: order[r.id])
 
 
-def report(title: str, originals: dict[str, Record], derived: Sequence[Record], n: int = 5, seed: int = 0,
-           stats: dict[str, Any] | None = None) -> str:
+def report(
+    title: str,
+    originals: dict[str, Record],
+    derived: Sequence[Record],
+    n: int = 5,
+    seed: int = 0,
+    stats: dict[str, Any] | None = None,
+) -> str:
     """The markdown report text."""
     lines = [f"# {title}: examples", ""]
     changed = sum(1 for r in derived if r.text != r.extra.get("original_text", r.text))
@@ -113,8 +122,15 @@ def report(title: str, originals: dict[str, Record], derived: Sequence[Record], 
     return "\n".join(lines)
 
 
-def write_report(path: str | Path, title: str, originals: Sequence[Record], derived: Sequence[Record],
-                 n: int = 5, seed: int = 0, stats: dict[str, Any] | None = None) -> Path:
+def write_report(
+    path: str | Path,
+    title: str,
+    originals: Sequence[Record],
+    derived: Sequence[Record],
+    n: int = 5,
+    seed: int = 0,
+    stats: dict[str, Any] | None = None,
+) -> Path:
     """Write :func:`report` to ``path`` (folders created)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

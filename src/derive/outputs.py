@@ -10,8 +10,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from src.cli import optional_int
 from src.data.schema import DataError, Record, read_records, write_records

@@ -16,14 +16,15 @@ import argparse
 import logging
 import random
 from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from src.data.schema import Record, read_records
+from src.data.text import word_offsets, words
 from src.derive.alignment import TextEdit, apply_edits, derived_record, shift_spans
 from src.derive.outputs import add_base_arguments, read_base, write_derived
-from src.data.text import word_offsets, words
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,14 @@ from src.finetune.models import MODEL_SPECS
 from src.finetune.predict import TokenClassifier
 from src.params import lookup
 from src.scoring.evaluate import InstanceOutput
-from src.scoring.runner import DatasetPlan, RunRecord, ScoringOptions, SystemOutput, evaluate_configuration, write_summary
+from src.scoring.runner import (
+    DatasetPlan,
+    RunRecord,
+    ScoringOptions,
+    SystemOutput,
+    evaluate_configuration,
+    write_summary,
+)
 from src.tracking import data_version, git_commit, log_json_artifact
 
 log = logging.getLogger("src.finetune.evaluate")
@@ -75,7 +82,8 @@ def evaluate_model(args: argparse.Namespace) -> tuple[RunRecord, Any]:
     spec = MODEL_SPECS[args.model]
     files = [
         (task, name, Path(study.dataset_path(str(args.prepared), str(args.derived), task, name)))
-        for task in args.tasks for name in args.datasets
+        for task in args.tasks
+        for name in args.datasets
     ]
     missing = [str(path) for _, _, path in files if not path.exists()]
     if missing:
@@ -84,7 +92,10 @@ def evaluate_model(args: argparse.Namespace) -> tuple[RunRecord, Any]:
     system = FinetunedSystem(checkpoints, args.batch_size)
     size = round(count_parameters(next(iter(system.classifiers.values()))), 4)
     record = RunRecord(
-        f"{args.model}-finetuned", "finetuned", args.model, study.FINETUNED,
+        f"{args.model}-finetuned",
+        "finetuned",
+        args.model,
+        study.FINETUNED,
         params={
             "model_id": spec.location or spec.gguf_file,
             "family": spec.family,

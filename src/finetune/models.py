@@ -79,7 +79,9 @@ def resolve_location(spec: ModelSpec) -> str:
     found = importlib.util.find_spec(spec.package) if spec.package else None
     if found is None or not found.submodule_search_locations:
         distribution = PACKAGE_DISTRIBUTIONS.get(spec.package or "", spec.package)
-        raise ModuleNotFoundError(f"model {spec.name!r} needs the package {distribution!r} (pip install {distribution})")
+        raise ModuleNotFoundError(
+            f"model {spec.name!r} needs the package {distribution!r} (pip install {distribution})"
+        )
     folder = Path(list(found.submodule_search_locations)[0]) / spec.location
     expected = folder / spec.gguf_file if spec.gguf_file else folder / "config.json"
     if not expected.is_file():

@@ -127,15 +127,18 @@ def negative_sentences(task: str, split: str, params: str | Path | Mapping[str, 
     check_against_prepared(for_task(pool, task), read_records(prepared_path), str(prepared_path))
     labels = TASK_LABELS[task]
     negatives = [
-        Record(r.id, r.doc_id, r.text, [], r.source)
-        for r in pool
-        if not any(s.label in labels for s in r.spans)
+        Record(r.id, r.doc_id, r.text, [], r.source) for r in pool if not any(s.label in labels for s in r.spans)
     ]
     leaked = {r.doc_id for r in negatives} & set(test_ids)
     if leaked:
         raise ValueError(f"negative sentences from test documents: {sorted(leaked)[:5]}")
-    logger.info("%s/%s: %d target-free sentences from %d documents", task, split, len(negatives),
-                len({r.doc_id for r in negatives}))
+    logger.info(
+        "%s/%s: %d target-free sentences from %d documents",
+        task,
+        split,
+        len(negatives),
+        len({r.doc_id for r in negatives}),
+    )
     return negatives
 
 

@@ -22,9 +22,9 @@ from typing import Any
 import numpy as np
 
 from src.data.schema import Record, Span, read_records
+from src.data.text import word_offsets
 from src.finetune.bio import OUTSIDE, TAG_SUFFIX, tag_set
 from src.finetune.windows import merge_window_spans, plan_windows, window_spans
-from src.data.text import word_offsets
 
 logger = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ class TokenClassifier:
         self._outside = self.labels.index(OUTSIDE)
 
     @classmethod
-    def load(cls, checkpoint_dir: str | Path, device: str = "cpu") -> "TokenClassifier":
+    def load(cls, checkpoint_dir: str | Path, device: str = "cpu") -> TokenClassifier:
         """Load a checkpoint written by :mod:`src.finetune.train` (or any compatible folder)."""
         from transformers import AutoModelForTokenClassification, AutoTokenizer
 
@@ -162,7 +162,9 @@ class TokenClassifier:
         """The most probable tag of every word."""
         return [[self.labels[k] for k in probs.argmax(axis=1)] for probs in self.predict_word_probs(batch)]
 
-    def predict_span_objects(self, records: list[Record], batch_size: int = 32, progress: bool = False) -> list[list[Span]]:
+    def predict_span_objects(
+        self, records: list[Record], batch_size: int = 32, progress: bool = False
+    ) -> list[list[Span]]:
         """Predicted spans (document offsets) per record, long texts windowed and merged."""
         offsets = [word_offsets(record.text) for record in records]
         words = [[record.text[s:e] for s, e in record_offsets] for record, record_offsets in zip(records, offsets)]

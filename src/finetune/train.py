@@ -124,7 +124,9 @@ def make_config(*layers: Mapping[str, Any], where: str = "finetune") -> TrainCon
     Unknown keys, wrongly typed values and missing values are ValueErrors naming ``where``.
     """
     try:
-        merged = OmegaConf.merge(OmegaConf.structured(TrainConfig), *[OmegaConf.create(dict(layer)) for layer in layers])
+        merged = OmegaConf.merge(
+            OmegaConf.structured(TrainConfig), *[OmegaConf.create(dict(layer)) for layer in layers]
+        )
         config = OmegaConf.to_object(merged)
     except OmegaConfBaseException as exc:
         raise ValueError(f"{where}: {str(exc).splitlines()[0]}") from None
@@ -268,8 +270,11 @@ def mlflow_metrics_callback() -> Any:
         def on_log(self, args, state, control, logs=None, **kwargs):
             import mlflow
 
-            numeric = {k: float(v) for k, v in (logs or {}).items()
-                       if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
+            numeric = {
+                k: float(v)
+                for k, v in (logs or {}).items()
+                if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+            }
             if numeric and mlflow.active_run() is not None:
                 mlflow.log_metrics(numeric, step=state.global_step)
 
@@ -339,15 +344,26 @@ def train_classifier(
     out.mkdir(parents=True, exist_ok=True)
     (out / RUN_FILE).unlink(missing_ok=True)  # never leave a stale link to an earlier run
     with training_run(config, run_name, experiment, tracking_uri) as active:
-        summary = _train(model, tokenizer, train_records, val_records, label, config, out, run_name, summary_extra,
-                         tracked=active is not None)
+        summary = _train(
+            model,
+            tokenizer,
+            train_records,
+            val_records,
+            label,
+            config,
+            out,
+            run_name,
+            summary_extra,
+            tracked=active is not None,
+        )
         if active is not None:
             _log_training(active, summary, config, out, data_files or [], experiment)
     return summary
 
 
-def _log_training(active: Any, summary: dict[str, Any], config: TrainConfig, out: Path,
-                  data_files: list[Path], experiment: str) -> None:
+def _log_training(
+    active: Any, summary: dict[str, Any], config: TrainConfig, out: Path, data_files: list[Path], experiment: str
+) -> None:
     """Params, final metrics, tags and the summary of a finished training into its run; writes RUN_FILE."""
     import mlflow
 
@@ -355,12 +371,31 @@ def _log_training(active: Any, summary: dict[str, Any], config: TrainConfig, out
 
     digest = weights_digest(out)
     version = data_version([Path(p) for p in data_files]) if data_files else "unknown"
-    extra = {k: v for k, v in summary.items() if k in ("model", "family", "task", "train_file", "val_file", "limit",
-                                                       "n_train", "n_val", "n_train_negatives", "n_val_negatives",
-                                                       "max_length")}
-    params = {**config.to_dict(), **{f"schedule.{k}": v for k, v in summary["schedule"].items()},
-              **{("window" if k == "max_length" else k): v for k, v in extra.items()},
-              "data_version": version, "git_commit": git_commit()}
+    extra = {
+        k: v
+        for k, v in summary.items()
+        if k
+        in (
+            "model",
+            "family",
+            "task",
+            "train_file",
+            "val_file",
+            "limit",
+            "n_train",
+            "n_val",
+            "n_train_negatives",
+            "n_val_negatives",
+            "max_length",
+        )
+    }
+    params = {
+        **config.to_dict(),
+        **{f"schedule.{k}": v for k, v in summary["schedule"].items()},
+        **{("window" if k == "max_length" else k): v for k, v in extra.items()},
+        "data_version": version,
+        "git_commit": git_commit(),
+    }
     mlflow.log_params(params)
     final = {
         "train_time_s": summary["train_time_s"],
@@ -370,21 +405,45 @@ def _log_training(active: Any, summary: dict[str, Any], config: TrainConfig, out
         "train_examples_per_s": summary["train_examples_per_s"],
         **{f"best_val_{k}": v for k, v in summary["val_metrics"].items()},
     }
-    mlflow.log_metrics({k: float(v) for k, v in final.items() if isinstance(v, (int, float)) and not isinstance(v, bool)})
-    mlflow.set_tags({"model": summary.get("model", ""), "task": summary.get("task", ""),
-                     "checkpoint": str(out.resolve()), "weights_sha256": digest, "data_version": version})
+    mlflow.log_metrics(
+        {k: float(v) for k, v in final.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    )
+    mlflow.set_tags(
+        {
+            "model": summary.get("model", ""),
+            "task": summary.get("task", ""),
+            "checkpoint": str(out.resolve()),
+            "weights_sha256": digest,
+            "data_version": version,
+        }
+    )
     mlflow.log_text(json.dumps(summary, indent=1), "training/" + SUMMARY_FILE)
-    link = {"run_id": active.info.run_id, "experiment_id": active.info.experiment_id, "experiment": experiment,
-            "tracking_uri": mlflow.get_tracking_uri(), "run_name": active.info.run_name,
-            "weights_sha256": digest, "data_version": version}
+    link = {
+        "run_id": active.info.run_id,
+        "experiment_id": active.info.experiment_id,
+        "experiment": experiment,
+        "tracking_uri": mlflow.get_tracking_uri(),
+        "run_name": active.info.run_name,
+        "weights_sha256": digest,
+        "data_version": version,
+    }
     (out / RUN_FILE).write_text(json.dumps(link, indent=2) + "\n", encoding="utf-8")
     summary["mlflow_run_id"] = active.info.run_id
     (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
 
 
-def _train(model: Any, tokenizer: Any, train_records: list[Record], val_records: list[Record], label: str,
-           config: TrainConfig, out: Path, run_name: str, summary_extra: dict[str, Any] | None,
-           tracked: bool) -> dict[str, Any]:
+def _train(
+    model: Any,
+    tokenizer: Any,
+    train_records: list[Record],
+    val_records: list[Record],
+    label: str,
+    config: TrainConfig,
+    out: Path,
+    run_name: str,
+    summary_extra: dict[str, Any] | None,
+    tracked: bool,
+) -> dict[str, Any]:
     """The training itself: encode, run the Trainer, save the best model and the summary."""
     from transformers import DataCollatorForTokenClassification, EarlyStoppingCallback, Trainer, TrainerCallback
 
@@ -478,10 +537,18 @@ def _checkpoint_step(path: str | None) -> int | None:
     return int(name.rsplit("-", 1)[1]) if name.startswith("checkpoint-") else None
 
 
-def run(model_name: str, task: str, out_dir: str | Path, config: TrainConfig, limit: int | None = None,
-        train_file: str | Path | None = None, val_file: str | Path | None = None,
-        params: str | Path | Mapping[str, Any] = PARAMS_FILE, experiment: str = DEFAULT_EXPERIMENT,
-        tracking_uri: str | None = None) -> dict[str, Any]:
+def run(
+    model_name: str,
+    task: str,
+    out_dir: str | Path,
+    config: TrainConfig,
+    limit: int | None = None,
+    train_file: str | Path | None = None,
+    val_file: str | Path | None = None,
+    params: str | Path | Mapping[str, Any] = PARAMS_FILE,
+    experiment: str = DEFAULT_EXPERIMENT,
+    tracking_uri: str | None = None,
+) -> dict[str, Any]:
     """Load the model and the task's splits (plus negatives), train, and write the checkpoint.
 
     ``params`` (the parameter file) tells :func:`src.finetune.negatives.negative_sentences`
@@ -494,15 +561,22 @@ def run(model_name: str, task: str, out_dir: str | Path, config: TrainConfig, li
 
     spec = get_spec(model_name)
     label = span_label_for_task(task)
-    prepared = {"train": Path(config.data_dir) / task / "train.jsonl", "val": Path(config.data_dir) / task / "val.jsonl"}
-    paths = {"train": Path(train_file) if train_file else prepared["train"],
-             "val": Path(val_file) if val_file else prepared["val"]}
+    prepared = {
+        "train": Path(config.data_dir) / task / "train.jsonl",
+        "val": Path(config.data_dir) / task / "val.jsonl",
+    }
+    paths = {
+        "train": Path(train_file) if train_file else prepared["train"],
+        "val": Path(val_file) if val_file else prepared["val"],
+    }
     for path in paths.values():
         if not path.is_file():
             raise FileNotFoundError(f"{path} does not exist (run the prepare stage first)")
     if config.include_negatives and (paths != prepared):
-        raise ValueError("include_negatives adds the target-free sentences of the prepared splits "
-                         f"({prepared['train']}, {prepared['val']}); with other files set include_negatives=false")
+        raise ValueError(
+            "include_negatives adds the target-free sentences of the prepared splits "
+            f"({prepared['train']}, {prepared['val']}); with other files set include_negatives=false"
+        )
     records, negatives = {}, {"train": 0, "val": 0}
     for split, path in paths.items():
         positives = read_records(path)
@@ -516,12 +590,31 @@ def run(model_name: str, task: str, out_dir: str | Path, config: TrainConfig, li
     tokenizer = load_tokenizer(spec)
     model = load_model(spec, tag_set(label), tokenizer)
     run_name = f"{model_name}-{task}-train"
-    extra = {"model": model_name, "family": spec.family, "task": task, "run_name": run_name,
-             "train_file": str(paths["train"]), "val_file": str(paths["val"]), "limit": limit,
-             "n_train_negatives": negatives["train"], "n_val_negatives": negatives["val"]}
-    return train_classifier(model, tokenizer, records["train"], records["val"], label, config, out_dir,
-                            run_name=run_name, summary_extra=extra, experiment=experiment,
-                            tracking_uri=tracking_uri, data_files=list(paths.values()))
+    extra = {
+        "model": model_name,
+        "family": spec.family,
+        "task": task,
+        "run_name": run_name,
+        "train_file": str(paths["train"]),
+        "val_file": str(paths["val"]),
+        "limit": limit,
+        "n_train_negatives": negatives["train"],
+        "n_val_negatives": negatives["val"],
+    }
+    return train_classifier(
+        model,
+        tokenizer,
+        records["train"],
+        records["val"],
+        label,
+        config,
+        out_dir,
+        run_name=run_name,
+        summary_extra=extra,
+        experiment=experiment,
+        tracking_uri=tracking_uri,
+        data_files=list(paths.values()),
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -529,15 +622,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", required=True, help="model choice (src.finetune.models.MODEL_SPECS)")
     parser.add_argument("--task", required=True, choices=["timex", "eventx"])
     parser.add_argument("--out", required=True, help="checkpoint folder to write")
-    parser.add_argument("--params", default=str(PARAMS_FILE),
-                        help="params.yaml with the 'finetune' block (default: the project's params.yaml)")
-    parser.add_argument("--limit", type=optional_int, default=None,
-                        help="use only the first N train and N val records with targets (and the target-free "
-                             "sentences of their documents); 'null': all, for DVC templating")
+    parser.add_argument(
+        "--params",
+        default=str(PARAMS_FILE),
+        help="params.yaml with the 'finetune' block (default: the project's params.yaml)",
+    )
+    parser.add_argument(
+        "--limit",
+        type=optional_int,
+        default=None,
+        help="use only the first N train and N val records with targets (and the target-free "
+        "sentences of their documents); 'null': all, for DVC templating",
+    )
     parser.add_argument("--train-file", default=None, help="default: <data_dir>/<task>/train.jsonl")
     parser.add_argument("--val-file", default=None, help="default: <data_dir>/<task>/val.jsonl")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a finetune parameter (repeatable)")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a finetune parameter (repeatable)",
+    )
     parser.add_argument("--experiment", default=DEFAULT_EXPERIMENT, help="MLflow experiment")
     parser.add_argument("--tracking-uri", default=None, help="default: $MLFLOW_TRACKING_URI, else mlruns/mlflow.db")
     args = parser.parse_args(argv)
@@ -546,13 +652,28 @@ def main(argv: list[str] | None = None) -> int:
     previous = signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     try:
         config = load_config(args.params, parse_overrides(args.overrides), model=args.model)
-        summary = run(args.model, args.task, args.out, config, args.limit, args.train_file, args.val_file,
-                      params=args.params, experiment=args.experiment, tracking_uri=args.tracking_uri)
+        summary = run(
+            args.model,
+            args.task,
+            args.out,
+            config,
+            args.limit,
+            args.train_file,
+            args.val_file,
+            params=args.params,
+            experiment=args.experiment,
+            tracking_uri=args.tracking_uri,
+        )
     finally:
         signal.signal(signal.SIGTERM, previous)
-    logger.info("best validation F1 %.4f at step %s; %.1f s, %.1f examples/s; checkpoint in %s",
-                summary["best_val_f1"] or 0.0, summary["best_step"], summary["train_time_s"],
-                summary["train_examples_per_s"] or 0.0, args.out)
+    logger.info(
+        "best validation F1 %.4f at step %s; %.1f s, %.1f examples/s; checkpoint in %s",
+        summary["best_val_f1"] or 0.0,
+        summary["best_step"],
+        summary["train_time_s"],
+        summary["train_examples_per_s"] or 0.0,
+        args.out,
+    )
     return 0
 
 

@@ -179,7 +179,7 @@ def input_spans(text: str, max_words: int = SPAN_ENUM_NGRAM) -> list[str]:
     seen: dict[str, None] = {}
     for i in range(len(offsets)):
         for j in range(i, min(i + max_words, len(offsets))):
-            span = text[offsets[i][0]:offsets[j][1]]
+            span = text[offsets[i][0] : offsets[j][1]]
             if not _UNSAFE_IN_ENUM.search(span):  # quotes and backslashes break llama.cpp's grammar literals
                 seen.setdefault(span, None)
     return list(seen)

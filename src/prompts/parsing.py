@@ -52,9 +52,23 @@ TASKS = TASK_ORDER
 LABELS = {name: task.single_label for name, task in _STUDY_TASKS.items() if task.single_label}
 
 _GENERIC_LIST_KEYS = (
-    "spans", "predictions", "prediction", "answer", "answers", "final_answer", "final_spans",
-    "selected_spans", "selected", "extracted", "extractions", "entities", "results", "result",
-    "output", "items", "list",
+    "spans",
+    "predictions",
+    "prediction",
+    "answer",
+    "answers",
+    "final_answer",
+    "final_spans",
+    "selected_spans",
+    "selected",
+    "extracted",
+    "extractions",
+    "entities",
+    "results",
+    "result",
+    "output",
+    "items",
+    "list",
 )
 #: Keys under which a label's spans are looked for (normalised: lower case, ``_`` for spaces).
 _LABEL_LIST_KEYS = {
@@ -279,7 +293,7 @@ def _labelled_lines(text: str, task: str) -> tuple[ParsedAnswer | None, int]:
     well_formed = True
     for position, match in enumerate(matches):
         end = matches[position + 1].start() if position + 1 < len(matches) else len(full)
-        body = full[match.end():end].strip()
+        body = full[match.end() : end].strip()
         label = names[match.group(1).lower()]
         strict = _strict_json(body)
         if label in found or strict is _FAILED or not _is_strings(strict):
@@ -464,7 +478,7 @@ def _repair(source: str) -> str:
             end = position + 1
             while end < len(source) and source[end] != char:
                 end += 2 if source[end] == "\\" else 1
-            body = source[position + 1:end]
+            body = source[position + 1 : end]
             flush()
             out.append(json.dumps(_unescape(body, char)))
             position = end + 1

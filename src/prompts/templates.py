@@ -32,18 +32,18 @@ SYSTEM_ROLE = (
 )
 
 _TIMEX_DEFINITION = (
-    "A time expression (TimeML TIMEX3) names a date (\"June 5, 1998\", \"yesterday\"), "
-    "a time of day (\"4 p.m.\", \"this morning\"), a duration (\"six months\", "
-    "\"the past two years\") or a set of times, i.e. a frequency (\"every week\", "
-    "\"twice a year\"). Relative references such as \"last week\", \"now\" or "
-    "\"two days ago\" count too. The creation date in a document header does not."
+    'A time expression (TimeML TIMEX3) names a date ("June 5, 1998", "yesterday"), '
+    'a time of day ("4 p.m.", "this morning"), a duration ("six months", '
+    '"the past two years") or a set of times, i.e. a frequency ("every week", '
+    '"twice a year"). Relative references such as "last week", "now" or '
+    '"two days ago" count too. The creation date in a document header does not.'
 )
 
 _EVENT_DEFINITION = (
     "An event trigger (TimeML EVENT) is the word that expresses something that happens, "
-    "occurs or holds: an action or occurrence (\"fell\", \"merger\"), a state "
-    "(\"unemployed\", \"owns\"), or a reporting or perception event (\"said\", "
-    "\"reported\", \"saw\"). It is usually a single word: a verb, a nominalisation, "
+    'occurs or holds: an action or occurrence ("fell", "merger"), a state '
+    '("unemployed", "owns"), or a reporting or perception event ("said", '
+    '"reported", "saw"). It is usually a single word: a verb, a nominalisation, '
     "an adjective or another predicative word."
 )
 
@@ -60,19 +60,19 @@ _TIMEX_RULES = (
     "A valid time expression span:\n"
     "- refers to a date, a time of day, a duration, a frequency or a relative time;\n"
     "- is one continuous piece of the text, copied character for character;\n"
-    "- includes its determiners, numbers and modifiers (\"the last three months\", "
-    "\"early next year\", \"about 20 years\");\n"
-    "- keeps parts that name one time together (\"Friday morning\", \"Oct. 3, 1998\");\n"
-    "- leaves out a preposition or conjunction in front of it (\"in\", \"since\", \"until\");\n"
+    '- includes its determiners, numbers and modifiers ("the last three months", '
+    '"early next year", "about 20 years");\n'
+    '- keeps parts that name one time together ("Friday morning", "Oct. 3, 1998");\n'
+    '- leaves out a preposition or conjunction in front of it ("in", "since", "until");\n'
     "- is not a bare number without a time meaning, and not part of a name."
 )
 
 _EVENT_RULES = (
     "A valid event trigger span:\n"
     "- is the head word only, copied character for character: no auxiliaries, modals, "
-    "negation, articles or arguments (\"has been sold\" -> \"sold\", "
-    "\"the sale of assets\" -> \"sale\");\n"
-    "- for a copula with a predicate, is the predicate (\"was unclear\" -> \"unclear\");\n"
+    'negation, articles or arguments ("has been sold" -> "sold", '
+    '"the sale of assets" -> "sale");\n'
+    '- for a copula with a predicate, is the predicate ("was unclear" -> "unclear");\n'
     "- is marked for every mention, also when the event is negated, planned, "
     "hypothetical or reported;\n"
     "- is never a time expression or a name of a person, place or organisation."
@@ -80,10 +80,8 @@ _EVENT_RULES = (
 
 #: Deductive reasoning: an explicit definition of a valid span, applied without examples.
 DEDUCTIVE = {
-    "timex": "Deductive reasoning: apply this definition strictly to decide what to extract.\n"
-    + _TIMEX_RULES,
-    "eventx": "Deductive reasoning: apply this definition strictly to decide what to extract.\n"
-    + _EVENT_RULES,
+    "timex": "Deductive reasoning: apply this definition strictly to decide what to extract.\n" + _TIMEX_RULES,
+    "eventx": "Deductive reasoning: apply this definition strictly to decide what to extract.\n" + _EVENT_RULES,
     "comp": "Deductive reasoning: apply these definitions strictly to decide what to extract.\n"
     + _TIMEX_RULES
     + "\n"
@@ -97,7 +95,7 @@ ABDUCTIVE = (
     "really a target, and are its boundaries complete? Finally select the explanation "
     "that fits the text best: the most complete spans, with no two spans overlapping "
     "(of two overlapping candidates keep the one that covers the whole target). "
-    "Write these steps briefly in \"reasoning_steps\"."
+    'Write these steps briefly in "reasoning_steps".'
 )
 
 #: Inductive reasoning: generalise span forms and boundaries from annotated examples.
@@ -112,31 +110,31 @@ _COPY_RULE = "copied exactly from the text, in order of appearance"
 OUTPUT_FORMATS = {
     ("timex", False): (
         "Output: a JSON array of the time expressions, " + _COPY_RULE + ", "
-        "e.g. [\"last week\", \"Friday\"]. If there are none, output []."
+        'e.g. ["last week", "Friday"]. If there are none, output [].'
     ),
     ("eventx", False): (
         "Output: a JSON array of the event triggers, " + _COPY_RULE + ", "
-        "e.g. [\"said\", \"meeting\"]. If there are none, output []."
+        'e.g. ["said", "meeting"]. If there are none, output [].'
     ),
     ("comp", False): (
-        "Output: one JSON object {\"timex\": [...], \"eventx\": [...]} with the time "
-        "expressions under \"timex\" and the event triggers under \"eventx\", each list "
+        'Output: one JSON object {"timex": [...], "eventx": [...]} with the time '
+        'expressions under "timex" and the event triggers under "eventx", each list '
         + _COPY_RULE
         + ". Use [] for an empty list."
     ),
     ("timex", True): (
-        "Output: one JSON object {\"reasoning_steps\": [...], \"spans\": [...]}: a few short "
+        'Output: one JSON object {"reasoning_steps": [...], "spans": [...]}: a few short '
         "reasoning steps, then the selected time expressions, " + _COPY_RULE + ". "
-        "If there are none, \"spans\" is []."
+        'If there are none, "spans" is [].'
     ),
     ("eventx", True): (
-        "Output: one JSON object {\"reasoning_steps\": [...], \"spans\": [...]}: a few short "
+        'Output: one JSON object {"reasoning_steps": [...], "spans": [...]}: a few short '
         "reasoning steps, then the selected event triggers, " + _COPY_RULE + ". "
-        "If there are none, \"spans\" is []."
+        'If there are none, "spans" is [].'
     ),
     ("comp", True): (
-        "Output: one JSON object {\"reasoning_steps\": [...], \"timex\": [...], "
-        "\"eventx\": [...]}: a few short reasoning steps, then the selected time expressions "
+        'Output: one JSON object {"reasoning_steps": [...], "timex": [...], '
+        '"eventx": [...]}: a few short reasoning steps, then the selected time expressions '
         "and event triggers, each list " + _COPY_RULE + ". Use [] for an empty list."
     ),
 }
@@ -204,7 +202,7 @@ STUDY_EXAMPLE_STEPS = {
     ],
     "comp": [
         'Time candidates: "Saturday", "two-year"; event candidates: "reopened", "renovation", "said".',
-        'Each time candidate is a whole time expression, each event candidate a head word.',
+        "Each time candidate is a whole time expression, each event candidate a head word.",
         "No two candidates overlap: keep all five under their kind.",
     ],
 }
@@ -236,26 +234,34 @@ def _study_output_format(task: str, abductive: bool, cue: str = "Output:") -> st
     if shape.container == "array":
         return (
             f"Output: a JSON array of strings: the {TARGET_NOUN[task]}, {_STUDY_LIST_RULE}, "
-            "e.g. " + ('["last week", "Friday"]' if TASK_LABELS[task] == ("TIMEX",) else '["said", "meeting"]')
+            "e.g. "
+            + ('["last week", "Friday"]' if TASK_LABELS[task] == ("TIMEX",) else '["said", "meeting"]')
             + ". If there are none, output []."
         )
     if shape.container == "object":
         return (
-            "Output: one JSON object {" + _quoted_keys(list(span_keys)) + "} with " + described
+            "Output: one JSON object {"
+            + _quoted_keys(list(span_keys))
+            + "} with "
+            + described
             + f", each a list of strings {_STUDY_LIST_RULE}. Use [] for an empty list."
         )
     example = json.dumps(study_example_answer(task), ensure_ascii=False)
     return (
         'Output: a JSON list with one object for the text, [{"text": "...", '
-        + _quoted_keys(list(span_keys)) + ', "reasoning_steps": [...]}]: "text" repeats the input text, '
-        + described + f", each a list of strings {_STUDY_LIST_RULE}, and \"reasoning_steps\" holds "
+        + _quoted_keys(list(span_keys))
+        + ', "reasoning_steps": [...]}]: "text" repeats the input text, '
+        + described
+        + f', each a list of strings {_STUDY_LIST_RULE}, and "reasoning_steps" holds '
         "your reasoning steps as short strings. Use [] for an empty list. "
         f"An example of the format:\nText: {STUDY_EXAMPLE_TEXT}\n{cue} {example}"
     )
 
 
 #: The study's answer formats, keyed by (task, abductive).
-STUDY_OUTPUT_FORMATS = {(task, abductive): _study_output_format(task, abductive) for task in TASKS for abductive in (False, True)}
+STUDY_OUTPUT_FORMATS = {
+    (task, abductive): _study_output_format(task, abductive) for task in TASKS for abductive in (False, True)
+}
 
 #: Both format sets, keyed by answer format then (task, abductive).
 OUTPUT_FORMAT_SETS = {"compact": OUTPUT_FORMATS, "study": STUDY_OUTPUT_FORMATS}
@@ -290,5 +296,6 @@ def completion_output_format(task: str, abductive: bool, answer_format: str) -> 
     lines = " then ".join(f'"{COMPLETION_LABELS[label]}: [...]"' for label in TASK_LABELS[task])
     return (
         f"Output: one line per kind, {lines}, each a JSON array of strings, "
-        + _COPY_RULE + ". Use [] for an empty list."
+        + _COPY_RULE
+        + ". Use [] for an empty list."
     )

@@ -97,13 +97,16 @@ def strategy_groups(runs: pd.DataFrame) -> dict[str, list[str]]:
 
 def provenance_table(runs: pd.DataFrame) -> pd.DataFrame:
     """Configuration -> the summary file, run id, git commit (dirty or not) and data version its numbers came from."""
-    table = pd.DataFrame({
-        "summary": runs["summary"] if "summary" in runs.columns else None,
-        "run_id": runs["run_id"],
-        "git_commit": runs["git_commit"],
-        "dirty": [is_dirty(c) for c in runs["git_commit"]],
-        "data_version": runs["data_version"],
-    }, index=runs.index)
+    table = pd.DataFrame(
+        {
+            "summary": runs["summary"] if "summary" in runs.columns else None,
+            "run_id": runs["run_id"],
+            "git_commit": runs["git_commit"],
+            "dirty": [is_dirty(c) for c in runs["git_commit"]],
+            "data_version": runs["data_version"],
+        },
+        index=runs.index,
+    )
     table.index.name = "configuration"
     return table
 
@@ -149,12 +152,27 @@ def run_analysis(
     errors = rq.error_breakdown(study.scores[study.scores["config"].isin(prompted)])
     timings["analysis_s"] = time.perf_counter() - started
     return Analysis(
-        study=study, resamples=resamples, seed=seed, alpha=alpha, correction=correction,
-        dimensions=dimensions, groups=groups, f1=f1, prompted=family, finetuned=finetuned, rq1=rq1,
-        rq2=correlations, strategy_pairs=strategy_pairs,
-        dense_vs_moe=pd.concat(moe_tables, ignore_index=True), dense_vs_moe_reason=reason,
-        series=series, size_curves=curves, size_trend=trend, errors=errors,
-        provenance=provenance_table(study.runs), timings=timings,
+        study=study,
+        resamples=resamples,
+        seed=seed,
+        alpha=alpha,
+        correction=correction,
+        dimensions=dimensions,
+        groups=groups,
+        f1=f1,
+        prompted=family,
+        finetuned=finetuned,
+        rq1=rq1,
+        rq2=correlations,
+        strategy_pairs=strategy_pairs,
+        dense_vs_moe=pd.concat(moe_tables, ignore_index=True),
+        dense_vs_moe_reason=reason,
+        series=series,
+        size_curves=curves,
+        size_trend=trend,
+        errors=errors,
+        provenance=provenance_table(study.runs),
+        timings=timings,
     )
 
 
@@ -219,15 +237,40 @@ def pairwise_long(family: rq.ComparisonFamily, correction: str) -> pd.DataFrame:
         raw = family.outcomes["none"][key].to_numpy()
         corrected = family.outcomes[correction][key].to_numpy()
         adjusted = family.p_adjusted[key]
-        frames.append(pd.DataFrame({
-            "dataset": key, "config_a": configs[i], "config_b": configs[j], "instances": test.instances[i, j],
-            "f1_a": test.f1[i, j], "f1_b": test.f1[j, i], "delta": test.f1[i, j] - test.f1[j, i],
-            "p_a_better": test.p_value[i, j], "p_b_better": test.p_value[j, i],
-            f"p_{correction}_a_better": adjusted[i, j], f"p_{correction}_b_better": adjusted[j, i],
-            "outcome": raw[i, j], f"outcome_{correction}": corrected[i, j],
-        }))
-    columns = ["dataset", "config_a", "config_b", "instances", "f1_a", "f1_b", "delta", "p_a_better", "p_b_better",
-               f"p_{correction}_a_better", f"p_{correction}_b_better", "outcome", f"outcome_{correction}"]
+        frames.append(
+            pd.DataFrame(
+                {
+                    "dataset": key,
+                    "config_a": configs[i],
+                    "config_b": configs[j],
+                    "instances": test.instances[i, j],
+                    "f1_a": test.f1[i, j],
+                    "f1_b": test.f1[j, i],
+                    "delta": test.f1[i, j] - test.f1[j, i],
+                    "p_a_better": test.p_value[i, j],
+                    "p_b_better": test.p_value[j, i],
+                    f"p_{correction}_a_better": adjusted[i, j],
+                    f"p_{correction}_b_better": adjusted[j, i],
+                    "outcome": raw[i, j],
+                    f"outcome_{correction}": corrected[i, j],
+                }
+            )
+        )
+    columns = [
+        "dataset",
+        "config_a",
+        "config_b",
+        "instances",
+        "f1_a",
+        "f1_b",
+        "delta",
+        "p_a_better",
+        "p_b_better",
+        f"p_{correction}_a_better",
+        f"p_{correction}_b_better",
+        "outcome",
+        f"outcome_{correction}",
+    ]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
 
 
@@ -256,34 +299,52 @@ def analysis_summary(analysis: Analysis) -> dict:
     finetuned = _family_summary(analysis, analysis.finetuned)
     c = analysis.correction
     for row in finetuned_pairs(analysis).itertuples(index=False):
-        finetuned[row.dataset].setdefault("tests", []).append({
-            "a": row.config_a, "b": row.config_b, "instances": row.instances, "f1_a": row.f1_a, "f1_b": row.f1_b,
-            "delta": row.delta, "p_a_better": row.p_a_better, "p_b_better": row.p_b_better,
-            "outcome": row.outcome, f"outcome_{c}": getattr(row, f"outcome_{c}"),
-        })
+        finetuned[row.dataset].setdefault("tests", []).append(
+            {
+                "a": row.config_a,
+                "b": row.config_b,
+                "instances": row.instances,
+                "f1_a": row.f1_a,
+                "f1_b": row.f1_b,
+                "delta": row.delta,
+                "p_a_better": row.p_a_better,
+                "p_b_better": row.p_b_better,
+                "outcome": row.outcome,
+                f"outcome_{c}": getattr(row, f"outcome_{c}"),
+            }
+        )
     provenance = {
-        config: {"summary": row.summary, "run_id": row.run_id, "git_commit": row.git_commit, "dirty": bool(row.dirty),
-                 "data_version": row.data_version}
+        config: {
+            "summary": row.summary,
+            "run_id": row.run_id,
+            "git_commit": row.git_commit,
+            "dirty": bool(row.dirty),
+            "data_version": row.data_version,
+        }
         for config, row in zip(analysis.provenance.index, analysis.provenance.itertuples(index=False))
     }
-    return _clean({
-        "experiment": study.experiment_name,
-        "configurations": len(study.runs),
-        "prompted": len(analysis.groups["all"]),
-        "finetuned": len(analysis.finetuned.configs),
-        "datasets": list(analysis.tests),
-        "resamples": analysis.resamples,
-        "seed": analysis.seed,
-        "alpha": analysis.alpha,
-        "correction": analysis.correction,
-        "significant_pairs": _family_summary(analysis, analysis.prompted),
-        "finetuned_pairs": finetuned,
-        "rq1": rq1,
-        "rq2": rq2,
-        "rq3": {"strategy_pairs": strategy, "dense_vs_moe": moe or analysis.dense_vs_moe_reason,
-                "size_series": analysis.series},
-        "errors": errors,
-        "provenance": provenance,
-        "dirty_commits": [config for config, dirty in analysis.provenance["dirty"].items() if dirty],
-    })
-
+    return _clean(
+        {
+            "experiment": study.experiment_name,
+            "configurations": len(study.runs),
+            "prompted": len(analysis.groups["all"]),
+            "finetuned": len(analysis.finetuned.configs),
+            "datasets": list(analysis.tests),
+            "resamples": analysis.resamples,
+            "seed": analysis.seed,
+            "alpha": analysis.alpha,
+            "correction": analysis.correction,
+            "significant_pairs": _family_summary(analysis, analysis.prompted),
+            "finetuned_pairs": finetuned,
+            "rq1": rq1,
+            "rq2": rq2,
+            "rq3": {
+                "strategy_pairs": strategy,
+                "dense_vs_moe": moe or analysis.dense_vs_moe_reason,
+                "size_series": analysis.series,
+            },
+            "errors": errors,
+            "provenance": provenance,
+            "dirty_commits": [config for config, dirty in analysis.provenance["dirty"].items() if dirty],
+        }
+    )

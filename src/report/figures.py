@@ -9,8 +9,9 @@ the same numbers give the same files.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING
 
 import matplotlib
 import matplotlib.ticker
@@ -47,8 +48,17 @@ def _figure_legend(fig, ax, height_in: float, title: str | None = None) -> float
     """A single legend (with an optional title) centred above all panels; returns the height share left."""
     handles, labels = ax.get_legend_handles_labels()
     reserve = min(0.3, (0.7 if title else 0.45) / height_in)
-    fig.legend(handles, labels, loc="upper center", ncol=len(labels), fontsize=8, frameon=False,
-               bbox_to_anchor=(0.5, 1.0), title=title, title_fontsize=9)
+    fig.legend(
+        handles,
+        labels,
+        loc="upper center",
+        ncol=len(labels),
+        fontsize=8,
+        frameon=False,
+        bbox_to_anchor=(0.5, 1.0),
+        title=title,
+        title_fontsize=9,
+    )
     return 1.0 - reserve
 
 
@@ -74,12 +84,16 @@ def rq1_bars(rq1: pd.DataFrame, stem: Path, correction: str) -> list[Path]:
         return []
     groups = list(dict.fromkeys(rq1["group"]))
     corrections = ["none", correction]
-    labels = list(dict.fromkeys(
-        "all links" if t == "all" else f"{r} \u2192 {t}" for r, t in zip(rq1["reference"], rq1["target"])
-    ))
+    labels = list(
+        dict.fromkeys("all links" if t == "all" else f"{r} \u2192 {t}" for r, t in zip(rq1["reference"], rq1["target"]))
+    )
     height = len(corrections) * max(1.8, 0.3 * len(labels) + 1.0) + 0.5
     fig, axes = plt.subplots(
-        len(corrections), len(groups), figsize=(4.2 * len(groups) + 1.5, height), squeeze=False, sharey=True,
+        len(corrections),
+        len(groups),
+        figsize=(4.2 * len(groups) + 1.5, height),
+        squeeze=False,
+        sharey=True,
     )
     for row, c in enumerate(corrections):
         for col, group in enumerate(groups):
@@ -91,7 +105,7 @@ def rq1_bars(rq1: pd.DataFrame, stem: Path, correction: str) -> list[Path]:
     return save(fig, stem, _figure_legend(fig, axes[0][0], height))
 
 
-def rq2_heatmaps(correlations: Mapping[str, "Correlation"], stem: Path) -> list[Path]:
+def rq2_heatmaps(correlations: Mapping[str, Correlation], stem: Path) -> list[Path]:
     """One Spearman heatmap file per configuration group (``<stem>_<group>``); empty groups state their reason."""
     paths = []
     for group, corr in correlations.items():
@@ -103,8 +117,16 @@ def rq2_heatmaps(correlations: Mapping[str, "Correlation"], stem: Path) -> list[
             ax.text(0.5, 0.5, f"{group}: no correlation\n({corr.reason})", ha="center", va="center", wrap=True)
         else:
             sns.heatmap(
-                corr.rho.astype(float), ax=ax, vmin=-1, vmax=1, cmap="vlag", annot=size <= 14, fmt=".2f",
-                annot_kws={"fontsize": 7}, square=True, cbar_kws={"label": "Spearman rho", "shrink": 0.8},
+                corr.rho.astype(float),
+                ax=ax,
+                vmin=-1,
+                vmax=1,
+                cmap="vlag",
+                annot=size <= 14,
+                fmt=".2f",
+                annot_kws={"fontsize": 7},
+                square=True,
+                cbar_kws={"label": "Spearman rho", "shrink": 0.8},
             )
             ax.set_title(f"Spearman rho between datasets: {group} ({len(corr.configs)} configurations)", fontsize=10)
             ax.set_xlabel("dataset")
@@ -116,7 +138,9 @@ def rq2_heatmaps(correlations: Mapping[str, "Correlation"], stem: Path) -> list[
     return paths
 
 
-def outcome_bars_by_dimension(table: pd.DataFrame, label_column: str, stem: Path, correction: str, title: str) -> list[Path]:
+def outcome_bars_by_dimension(
+    table: pd.DataFrame, label_column: str, stem: Path, correction: str, title: str
+) -> list[Path]:
     """Stacked better/equal/worse bars per label, one panel per dimension, raw and corrected rows."""
     if table.empty or table["pairs"].sum() == 0:
         return []
@@ -126,7 +150,11 @@ def outcome_bars_by_dimension(table: pd.DataFrame, label_column: str, stem: Path
     corrections = ["none", correction]
     height = len(corrections) * max(1.8, 0.3 * len(labels) + 1.0) + 0.8
     fig, axes = plt.subplots(
-        len(corrections), len(dimensions), figsize=(2.9 * len(dimensions) + 1.5, height), squeeze=False, sharey=True,
+        len(corrections),
+        len(dimensions),
+        figsize=(2.9 * len(dimensions) + 1.5, height),
+        squeeze=False,
+        sharey=True,
     )
     for row, c in enumerate(corrections):
         for col, dimension in enumerate(dimensions):
@@ -209,12 +237,17 @@ def top_labels(top_gold: Mapping[str, dict], stem: Path) -> list[Path]:
     return save(fig, stem)
 
 
-def draw_all(analysis: "Analysis", directory: Path) -> dict[str, list[Path]]:
+def draw_all(analysis: Analysis, directory: Path) -> dict[str, list[Path]]:
     """Every figure of the report; a name maps to [] when it had nothing to draw."""
     directory.mkdir(parents=True, exist_ok=True)
     c = analysis.correction
-    pairs = analysis.strategy_pairs.assign(pair=analysis.strategy_pairs["strategy_a"] + " vs " + analysis.strategy_pairs["strategy_b"]) \
-        if not analysis.strategy_pairs.empty else analysis.strategy_pairs
+    pairs = (
+        analysis.strategy_pairs.assign(
+            pair=analysis.strategy_pairs["strategy_a"] + " vs " + analysis.strategy_pairs["strategy_b"]
+        )
+        if not analysis.strategy_pairs.empty
+        else analysis.strategy_pairs
+    )
     return {
         "rq1": rq1_bars(analysis.rq1, directory / "rq1_transfer", c),
         "rq2": rq2_heatmaps(analysis.rq2, directory / "rq2_spearman"),

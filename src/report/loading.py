@@ -13,9 +13,10 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -32,8 +33,19 @@ from src.study import DATASET_ORDER, FINETUNED, STRATEGY_ORDER, TASK_ORDER
 CONFIG_STRATEGY_ORDER = (*STRATEGY_ORDER, FINETUNED)
 ERROR_COLUMNS = ("missing", "spurious", "boundary", "exact")
 RUN_PARAM_COLUMNS = (
-    "model", "model_id", "family", "architecture", "params_total_b", "params_active_b", "strategy",
-    "inductive_plus", "size_series", "seed", "limit", "git_commit", "data_version",
+    "model",
+    "model_id",
+    "family",
+    "architecture",
+    "params_total_b",
+    "params_active_b",
+    "strategy",
+    "inductive_plus",
+    "size_series",
+    "seed",
+    "limit",
+    "git_commit",
+    "data_version",
 )
 
 
@@ -61,11 +73,17 @@ class DatasetStats:
     def key(self) -> str:
         return f"{self.task}/{self.dataset}"
 
-    def subset(self, configs: Sequence[str]) -> "DatasetStats":
+    def subset(self, configs: Sequence[str]) -> DatasetStats:
         """The same dataset restricted to ``configs`` (kept in this object's order)."""
         keep = [c for c in self.configs if c in set(configs)]
-        return DatasetStats(self.task, self.dataset, keep, {c: self.ids[c] for c in keep},
-                            {c: self.stats[c] for c in keep}, {c: self.errors.get(c, {}) for c in keep})
+        return DatasetStats(
+            self.task,
+            self.dataset,
+            keep,
+            {c: self.ids[c] for c in keep},
+            {c: self.stats[c] for c in keep},
+            {c: self.errors.get(c, {}) for c in keep},
+        )
 
     def stacked(self, configs: Sequence[str], ids: Sequence[str]) -> np.ndarray:
         """(S, N, 3) statistics of ``configs`` on ``ids`` (every configuration must have every id)."""
@@ -111,8 +129,10 @@ def ordered_keys(keys) -> list[str]:
     def rank(key: str) -> tuple:
         task, dataset = key.split("/", 1)
         return (
-            TASK_ORDER.index(task) if task in TASK_ORDER else len(TASK_ORDER), task,
-            DATASET_ORDER.index(dataset) if dataset in DATASET_ORDER else len(DATASET_ORDER), dataset,
+            TASK_ORDER.index(task) if task in TASK_ORDER else len(TASK_ORDER),
+            task,
+            DATASET_ORDER.index(dataset) if dataset in DATASET_ORDER else len(DATASET_ORDER),
+            dataset,
         )
 
     return sorted(set(keys), key=rank)
@@ -137,7 +157,11 @@ def config_sort_key(kind: str, model: str, strategy: str) -> tuple:
 
 
 def run_row(
-    run_name: str, run_id: str, params: Mapping[str, str], tags: Mapping[str, str], start_time: int,
+    run_name: str,
+    run_id: str,
+    params: Mapping[str, str],
+    tags: Mapping[str, str],
+    start_time: int,
     summary: str | None = None,
 ) -> dict:
     """One configuration's row: params first, tags where a param is absent, typed values.
@@ -170,7 +194,7 @@ def metric_rows(config: str, metrics: Mapping[str, float]) -> list[dict]:
         row: dict[str, Any] = {"config": config, "task": task, "dataset": dataset}
         for key, value in metrics.items():
             if key.startswith(prefix) and not key.startswith(prefix + "usage."):
-                row[key[len(prefix):]] = float(value)
+                row[key[len(prefix) :]] = float(value)
         rows.append(row)
     return rows
 
@@ -243,8 +267,10 @@ def _instance_note(data: DatasetStats) -> str | None:
     if len(groups) < 2:
         return None
     listed = "; ".join(f"{len(members)} on {n} ({', '.join(members)})" for n, members in groups)
-    return (f"{data.key}: the configurations were scored on {len(groups)} different instance sets ({listed}); "
-            "each pair is compared on the instances both were scored on.")
+    return (
+        f"{data.key}: the configurations were scored on {len(groups)} different instance sets ({listed}); "
+        "each pair is compared on the instances both were scored on."
+    )
 
 
 def build_study(

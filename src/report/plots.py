@@ -21,8 +21,12 @@ ERROR_TYPES = ("missing", "spurious", "boundary")
 def f1_by_dataset(analysis: Analysis) -> pd.DataFrame:
     scores = analysis.study.scores
     rows = [
-        {"configuration_dataset": f"{r.config} {r.task}/{r.dataset}", "configuration": r.config,
-         "dataset": f"{r.task}/{r.dataset}", "f1": round(float(r.f1), 6)}
+        {
+            "configuration_dataset": f"{r.config} {r.task}/{r.dataset}",
+            "configuration": r.config,
+            "dataset": f"{r.task}/{r.dataset}",
+            "f1": round(float(r.f1), 6),
+        }
         for r in scores.itertuples(index=False)
         if not (isinstance(r.f1, float) and math.isnan(r.f1))
     ]
@@ -38,8 +42,15 @@ def rq1_transfer(analysis: Analysis) -> pd.DataFrame:
             value = r.get(outcome)
             if value is None or (isinstance(value, float) and math.isnan(value)):
                 continue
-            rows.append({"target_outcome": f"{r['target']} {outcome}", "target": r["target"], "outcome": outcome,
-                         "probability": round(float(value), 6), "pairs": int(r["pairs"])})
+            rows.append(
+                {
+                    "target_outcome": f"{r['target']} {outcome}",
+                    "target": r["target"],
+                    "outcome": outcome,
+                    "probability": round(float(value), 6),
+                    "pairs": int(r["pairs"]),
+                }
+            )
     return pd.DataFrame(rows, columns=["target_outcome", "target", "outcome", "probability", "pairs"])
 
 
@@ -50,8 +61,14 @@ def error_types(analysis: Analysis) -> pd.DataFrame:
             share = r.get(f"share_{name}")
             if share is None or (isinstance(share, float) and math.isnan(share)):
                 continue
-            rows.append({"dataset_error": f"{r['dataset']} {name}", "dataset": r["dataset"], "error": name,
-                         "share": round(float(share), 6)})
+            rows.append(
+                {
+                    "dataset_error": f"{r['dataset']} {name}",
+                    "dataset": r["dataset"],
+                    "error": name,
+                    "share": round(float(share), 6),
+                }
+            )
     return pd.DataFrame(rows, columns=["dataset_error", "dataset", "error", "share"])
 
 

@@ -13,9 +13,10 @@ disagree on the data version (see :func:`check_data_versions`).
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 KINDS = ("prompted", "finetuned")  # the ``kind`` tag of configuration runs (src.run, src.finetune.evaluate)
 DIRTY_SUFFIX = "-dirty"
@@ -54,7 +55,9 @@ def read_summaries(directory: Path, expected: Sequence[str] | None = None) -> li
     """
     directory = Path(directory)
     if not directory.is_dir():
-        raise ValueError(f"summaries folder {directory} does not exist (run the pipeline first, or pass --summaries DIR)")
+        raise ValueError(
+            f"summaries folder {directory} does not exist (run the pipeline first, or pass --summaries DIR)"
+        )
     if expected is not None:
         files = sorted(directory / name for name in expected)
         absent = [str(path) for path in files if not path.is_file()]
@@ -78,11 +81,17 @@ def read_summaries(directory: Path, expected: Sequence[str] | None = None) -> li
             raise ValueError(f"{path}: names run {run_id}, as {seen[run_id]} does (one summary per run)")
         seen[run_id] = path
         complete = data.get("complete")
-        out.append(Summary(
-            path, path.relative_to(directory).as_posix(), run_id,
-            _text(data.get("model")), _text(data.get("strategy")), complete if isinstance(complete, bool) else None,
-            _text(data.get("run_name")),
-        ))
+        out.append(
+            Summary(
+                path,
+                path.relative_to(directory).as_posix(),
+                run_id,
+                _text(data.get("model")),
+                _text(data.get("strategy")),
+                complete if isinstance(complete, bool) else None,
+                _text(data.get("run_name")),
+            )
+        )
     return out
 
 

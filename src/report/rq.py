@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import itertools
 import zlib
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Collection, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -197,7 +197,7 @@ def directional_adjusted(tests: Mapping[str, PairwiseTests], method: str) -> dic
     for key, upper_i, upper_j in layout:
         test = tests[key]
         p = test.p_value
-        values = adjusted[start:start + upper_i.size]
+        values = adjusted[start : start + upper_i.size]
         start += upper_i.size
         matrix = np.where(test.tested, 1.0, np.nan)
         np.fill_diagonal(matrix, 1.0)
@@ -227,7 +227,9 @@ def outcome_table(
 
 
 def outcome_tables(
-    tests: Mapping[str, PairwiseTests], alpha: float, correction: str,
+    tests: Mapping[str, PairwiseTests],
+    alpha: float,
+    correction: str,
     adjusted: Mapping[str, np.ndarray] | None = None,
 ) -> dict[str, dict[str, pd.DataFrame]]:
     """``{"none": {key: table}, correction: {key: table}}``: raw and corrected outcomes side by side.
@@ -265,8 +267,13 @@ class ComparisonFamily:
 
 
 def comparison_family(
-    name: str, datasets: Mapping[str, object], configs: Sequence[str], resamples: int, seed: int,
-    alpha: float, correction: str,
+    name: str,
+    datasets: Mapping[str, object],
+    configs: Sequence[str],
+    resamples: int,
+    seed: int,
+    alpha: float,
+    correction: str,
 ) -> ComparisonFamily:
     """Every pairwise test among ``configs`` on each dataset (``datasets`` values have ``subset``), corrected together."""
     chosen = {key: data.subset(configs) for key, data in datasets.items()}
@@ -386,7 +393,9 @@ def _strategy_rank(strategy: str) -> int:
     return STRATEGY_ORDER.index(strategy) if strategy in STRATEGY_ORDER else len(STRATEGY_ORDER)
 
 
-def _dimension_rows(label: dict, counts_by_dimension: Mapping[str, Mapping[str, int]], extra: dict | None = None) -> list:
+def _dimension_rows(
+    label: dict, counts_by_dimension: Mapping[str, Mapping[str, int]], extra: dict | None = None
+) -> list:
     rows, pooled = [], dict.fromkeys(OUTCOMES, 0)
     for dimension, counts in counts_by_dimension.items():
         rows.append({**label, "dimension": dimension, **_shares(counts), **(extra or {})})
@@ -461,7 +470,10 @@ def rq3_dense_vs_moe(
     found = "; ".join(
         f"{family}: {', '.join(sorted(set(g['architecture'])))}" for family, g in prompted.groupby("family")
     )
-    return pd.DataFrame(), f"needs more models: no family has both a dense and a MoE model (families: {found or 'none'})"
+    return (
+        pd.DataFrame(),
+        f"needs more models: no family has both a dense and a MoE model (families: {found or 'none'})",
+    )
 
 
 def size_series(runs: pd.DataFrame) -> dict[str, list[str]]:
@@ -471,13 +483,17 @@ def size_series(runs: pd.DataFrame) -> dict[str, list[str]]:
     tagged = prompted.dropna(subset=["size_series"])
     for name, group in tagged.groupby("size_series"):
         if group["params_total_b"].nunique() >= 2:
-            out[str(name)] = sorted(set(group["model"]), key=lambda m: group[group["model"] == m]["params_total_b"].iloc[0])
+            out[str(name)] = sorted(
+                set(group["model"]), key=lambda m: group[group["model"] == m]["params_total_b"].iloc[0]
+            )
     if out:
         return out
     dense = prompted[prompted["architecture"] == "dense"]
     for family, group in dense.groupby("family"):
         if group["params_total_b"].nunique() >= 2:
-            out[str(family)] = sorted(set(group["model"]), key=lambda m: group[group["model"] == m]["params_total_b"].iloc[0])
+            out[str(family)] = sorted(
+                set(group["model"]), key=lambda m: group[group["model"] == m]["params_total_b"].iloc[0]
+            )
     return out
 
 
@@ -500,10 +516,16 @@ def size_curves(
                     continue
                 size = float(runs.loc[configs[0], "params_total_b"])
                 points.append((size, float(values.mean())))
-                curve_rows.append({
-                    "series": name, "model": model, "params_total_b": size, "dataset": dataset,
-                    "f1": float(values.mean()), "strategies": int(values.size),
-                })
+                curve_rows.append(
+                    {
+                        "series": name,
+                        "model": model,
+                        "params_total_b": size,
+                        "dataset": dataset,
+                        "f1": float(values.mean()),
+                        "strategies": int(values.size),
+                    }
+                )
             if points:
                 sizes, scores = zip(*points)
                 rho, p, n = spearman(sizes, scores)

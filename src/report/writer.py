@@ -7,8 +7,9 @@ a section without enough input says what it needs instead of concluding anything
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -21,11 +22,35 @@ if TYPE_CHECKING:
     from src.report.analysis import Analysis
 
 DETAIL_METRICS = (
-    "f1", "f1_ci_low", "f1_ci_high", "precision", "recall", "strict_f1", "relaxed_f1", "parse_failure_rate", "n",
-    "errors.missing", "errors.spurious", "errors.boundary", "errors.exact", "TIMEX.f1", "EVENT.f1",
+    "f1",
+    "f1_ci_low",
+    "f1_ci_high",
+    "precision",
+    "recall",
+    "strict_f1",
+    "relaxed_f1",
+    "parse_failure_rate",
+    "n",
+    "errors.missing",
+    "errors.spurious",
+    "errors.boundary",
+    "errors.exact",
+    "TIMEX.f1",
+    "EVENT.f1",
 )
 CORRECTION_NAMES = {"none": "raw p", "holm": "Holm", "bh": "Benjamini-Hochberg"}
-COUNT_COLUMNS = {"pairs", "n", "configs", "models", "sizes", "strategies", "instances", "missing", "spurious", "boundary"}
+COUNT_COLUMNS = {
+    "pairs",
+    "n",
+    "configs",
+    "models",
+    "sizes",
+    "strategies",
+    "instances",
+    "missing",
+    "spurious",
+    "boundary",
+}
 
 
 def is_count_column(name: Any) -> bool:
@@ -60,7 +85,12 @@ def markdown_table(table: pd.DataFrame, index: bool = True, digits: int = 3) -> 
     for row in frame.itertuples(index=False):
         cells = []
         for value, count in zip(row, counts):
-            if count and isinstance(value, (float, np.floating)) and not math.isnan(value) and float(value).is_integer():
+            if (
+                count
+                and isinstance(value, (float, np.floating))
+                and not math.isnan(value)
+                and float(value).is_integer()
+            ):
                 value = int(value)
             cells.append(fmt(value, digits).replace("|", "\\|"))
         lines.append("| " + " | ".join(cells) + " |")
@@ -78,8 +108,11 @@ def with_ci(scores: pd.DataFrame, configs: list[str], keys: list[str] | None = N
         for config in f1.index:
             value = f1.loc[config, key]
             interval = (low.loc[config, key], high.loc[config, key])
-            cells.loc[config, key] = "–" if pd.isna(value) else f"{value:.3f}" + (
-                "" if any(pd.isna(v) for v in interval) else f" [{fmt(interval[0])}, {fmt(interval[1])}]"
+            cells.loc[config, key] = (
+                "–"
+                if pd.isna(value)
+                else f"{value:.3f}"
+                + ("" if any(pd.isna(v) for v in interval) else f" [{fmt(interval[0])}, {fmt(interval[1])}]")
             )
     cells.index.name = "configuration"
     return cells
@@ -94,10 +127,22 @@ def _write(table: pd.DataFrame, directory: Path, name: str, index: bool = True, 
     return csv
 
 
-def configurations_table(analysis: "Analysis") -> pd.DataFrame:
+def configurations_table(analysis: Analysis) -> pd.DataFrame:
     runs = analysis.study.runs
-    columns = ["model", "strategy", "kind", "family", "architecture", "params_total_b", "params_active_b",
-               "size_series", "seed", "git_commit", "data_version", "run_id"]
+    columns = [
+        "model",
+        "strategy",
+        "kind",
+        "family",
+        "architecture",
+        "params_total_b",
+        "params_active_b",
+        "size_series",
+        "seed",
+        "git_commit",
+        "data_version",
+        "run_id",
+    ]
     table = runs[[c for c in columns if c in runs.columns]].copy()
     table.index.name = "configuration"
     return table
@@ -116,7 +161,7 @@ def scorer_table(scores: pd.DataFrame) -> pd.DataFrame | None:
     return table.reset_index(drop=True)
 
 
-def write_tables(analysis: "Analysis", directory: Path) -> dict[str, Path]:
+def write_tables(analysis: Analysis, directory: Path) -> dict[str, Path]:
     """Every table as CSV (full precision) and markdown (3 decimals); returns name -> CSV path."""
     study = analysis.study
     scores = study.scores
@@ -144,8 +189,9 @@ def write_tables(analysis: "Analysis", directory: Path) -> dict[str, Path]:
     written["comparisons"] = _write(instance_table(analysis), directory, "comparisons", index=False)
     if analysis.tests:
         # ~11,000 rows at paper scale: CSV only
-        written["pairwise"] = _write(pairwise_long(analysis.prompted, analysis.correction), directory, "pairwise",
-                                     index=False, markdown=False)
+        written["pairwise"] = _write(
+            pairwise_long(analysis.prompted, analysis.correction), directory, "pairwise", index=False, markdown=False
+        )
     if analysis.finetuned.tests:
         written["finetuned_pairwise"] = _write(finetuned_pairs(analysis), directory, "finetuned_pairwise", index=False)
     written["rq1"] = _write(analysis.rq1, directory, "rq1_transfer", index=False)
@@ -170,7 +216,7 @@ def _figure(lines: list[str], drawn: Mapping[str, list[Path]], name: str, captio
         lines.append("")
 
 
-def _rq1_sentences(analysis: "Analysis") -> list[str]:
+def _rq1_sentences(analysis: Analysis) -> list[str]:
     table, alpha, lines = analysis.rq1, analysis.alpha, []
     if table.empty:
         return ["No generalization set has a base set to pair with, so RQ1 has nothing to compare."]
@@ -182,26 +228,32 @@ def _rq1_sentences(analysis: "Analysis") -> list[str]:
             links = rows[rows["target"] != "all"]
             name = CORRECTION_NAMES.get(c, c)
             if pooled["pairs"] == 0:
-                lines.append(f"- **{group}, {name}**: no ordered pair of configurations is significantly better on a "
-                             f"base set at alpha = {alpha} (0 pairs over {len(links)} links), so there is nothing to follow.")
+                lines.append(
+                    f"- **{group}, {name}**: no ordered pair of configurations is significantly better on a "
+                    f"base set at alpha = {alpha} (0 pairs over {len(links)} links), so there is nothing to follow."
+                )
                 continue
-            sentence = (f"- **{group}, {name}**: over {len(links)} base-to-generalization links, "
-                        f"{int(pooled['pairs'])} (pair, link) cases start significantly better on base; on the "
-                        f"generalization set they stay better in {pct(pooled['better'])}, are almost equal in "
-                        f"{pct(pooled['equal'])} and turn worse in {pct(pooled['worse'])}.")
+            sentence = (
+                f"- **{group}, {name}**: over {len(links)} base-to-generalization links, "
+                f"{int(pooled['pairs'])} (pair, link) cases start significantly better on base; on the "
+                f"generalization set they stay better in {pct(pooled['better'])}, are almost equal in "
+                f"{pct(pooled['equal'])} and turn worse in {pct(pooled['worse'])}."
+            )
             defined = links[links["pairs"] > 0]
             if len(defined) > 1 and defined["better"].nunique() > 1:
                 top = defined.loc[defined["better"].idxmax()]
                 low = defined.loc[defined["better"].idxmin()]
-                sentence += (f" The share staying better is highest on {top['target']} ({pct(top['better'])} of "
-                             f"{int(top['pairs'])}) and lowest on {low['target']} ({pct(low['better'])} of {int(low['pairs'])}).")
+                sentence += (
+                    f" The share staying better is highest on {top['target']} ({pct(top['better'])} of "
+                    f"{int(top['pairs'])}) and lowest on {low['target']} ({pct(low['better'])} of {int(low['pairs'])})."
+                )
             elif len(defined) > 1:
                 sentence += f" The share staying better is {pct(defined['better'].iloc[0])} on each of the {len(defined)} links."
             lines.append(sentence)
     return lines
 
 
-def _rq2_sentences(analysis: "Analysis") -> list[str]:
+def _rq2_sentences(analysis: Analysis) -> list[str]:
     lines = []
     for group, corr in analysis.rq2.items():
         if corr.rho.isna().all().all():
@@ -243,35 +295,45 @@ def _pair_sentences(table: pd.DataFrame, label, subject: str, corrections) -> li
         best = rows.loc[rows["better"].idxmax()]
         worst = rows.loc[rows["worse"].idxmax()]
         equal = rows["n_equal"].sum() / rows["pairs"].sum()
-        sentence = (f"- **{CORRECTION_NAMES.get(c, c)}**, summed over dimensions ({int(rows['pairs'].sum())} "
-                    f"{subject}, {pct(equal)} almost equal): ")
+        sentence = (
+            f"- **{CORRECTION_NAMES.get(c, c)}**, summed over dimensions ({int(rows['pairs'].sum())} "
+            f"{subject}, {pct(equal)} almost equal): "
+        )
         if best["better"] > 0:
-            sentence += (f"the largest share of significant wins is {label(best)} (better in {pct(best['better'])} "
-                         f"of {int(best['pairs'])}{_ties(rows['better'], best['better'])})")
+            sentence += (
+                f"the largest share of significant wins is {label(best)} (better in {pct(best['better'])} "
+                f"of {int(best['pairs'])}{_ties(rows['better'], best['better'])})"
+            )
         else:
             sentence += "no comparison is significantly better for the first side"
         if worst["worse"] > 0:
-            sentence += (f"; the largest share of significant losses is {label(worst)} (worse in "
-                         f"{pct(worst['worse'])} of {int(worst['pairs'])}{_ties(rows['worse'], worst['worse'])}).")
+            sentence += (
+                f"; the largest share of significant losses is {label(worst)} (worse in "
+                f"{pct(worst['worse'])} of {int(worst['pairs'])}{_ties(rows['worse'], worst['worse'])})."
+            )
         else:
             sentence += "; none is significantly worse."
         lines.append(sentence)
     return lines
 
 
-def _size_sentences(analysis: "Analysis") -> list[str]:
+def _size_sentences(analysis: Analysis) -> list[str]:
     lines = []
     for name, models in analysis.series.items():
         curves = analysis.size_curves[analysis.size_curves["series"] == name]
         trend = analysis.size_trend[analysis.size_trend["series"] == name]
         sizes = sorted(set(curves["params_total_b"]))
         defined = trend.dropna(subset=["rho"])
-        sentence = (f"- **{name}** ({len(models)} models, {fmt(sizes[0], 1)}B to {fmt(sizes[-1], 1)}B parameters): "
-                    f"mean F1 over strategies and datasets is {fmt(curves[curves['params_total_b'] == sizes[0]]['f1'].mean())} "
-                    f"at the smallest size and {fmt(curves[curves['params_total_b'] == sizes[-1]]['f1'].mean())} at the largest.")
+        sentence = (
+            f"- **{name}** ({len(models)} models, {fmt(sizes[0], 1)}B to {fmt(sizes[-1], 1)}B parameters): "
+            f"mean F1 over strategies and datasets is {fmt(curves[curves['params_total_b'] == sizes[0]]['f1'].mean())} "
+            f"at the smallest size and {fmt(curves[curves['params_total_b'] == sizes[-1]]['f1'].mean())} at the largest."
+        )
         if not defined.empty:
-            sentence += (f" Size and F1 have Spearman rho > 0 on {int((defined['rho'] > 0).sum())} of {len(defined)} "
-                         f"datasets (mean rho {fmt(defined['rho'].mean())}).")
+            sentence += (
+                f" Size and F1 have Spearman rho > 0 on {int((defined['rho'] > 0).sum())} of {len(defined)} "
+                f"datasets (mean rho {fmt(defined['rho'].mean())})."
+            )
         lines.append(sentence)
     return lines
 
@@ -313,8 +375,8 @@ def _top_label_sentences(top_gold: Mapping[str, dict]) -> list[str]:
         shared = {t for t, _ in base["top"]} & {t for t, _ in clinical["top"]}
         (b_text, b_count), (c_text, c_count) = base["top"][0], clinical["top"][0]
         lines.append(
-            f"- **{task}**: the most frequent base gold string is \"{b_text}\" ({pct(b_count / base['spans'])} of "
-            f"{base['spans']} spans), the most frequent t2c one is \"{c_text}\" ({pct(c_count / clinical['spans'])} "
+            f'- **{task}**: the most frequent base gold string is "{b_text}" ({pct(b_count / base["spans"])} of '
+            f'{base["spans"]} spans), the most frequent t2c one is "{c_text}" ({pct(c_count / clinical["spans"])} '
             f"of {clinical['spans']}); {len(shared)} of the top {len(base['top'])} base strings are also among the "
             f"top {len(clinical['top'])} t2c strings."
         )
@@ -328,12 +390,13 @@ def run_link(uri: str, experiment_id: str, run_id: str) -> str:
     return f"`{run_id}`"
 
 
-def _method_lines(analysis: "Analysis") -> list[str]:
+def _method_lines(analysis: Analysis) -> list[str]:
     """How the numbers below were computed, with this run's settings."""
     name = CORRECTION_NAMES.get(analysis.correction, analysis.correction)
     dims = "; ".join(f"{d}: {', '.join(keys)}" for d, keys in analysis.dimensions.items())
     return [
-        "How to read the numbers:", "",
+        "How to read the numbers:",
+        "",
         "- Paired bootstrap per dataset, each pair of configurations on the instances both were scored on: "
         f"configurations scored on the same instances share one resample matrix of {analysis.resamples} rows, and a "
         "pair across two instance sets uses their intersection (one matrix per distinct intersection); the number "
@@ -351,7 +414,7 @@ def _method_lines(analysis: "Analysis") -> list[str]:
     ]
 
 
-def _instance_lines(analysis: "Analysis") -> list[str]:
+def _instance_lines(analysis: Analysis) -> list[str]:
     """Per family: the n of its comparisons, dataset by dataset where they differ."""
     table = instance_table(analysis)
     lines = []
@@ -365,20 +428,25 @@ def _instance_lines(analysis: "Analysis") -> list[str]:
             if len(rows) == 1 and not tested.empty:
                 uniform.append(f"{key} ({int(tested['instances'].iloc[0])})")
             else:
-                mixed.append(f"{key}: " + ", ".join(
-                    f"{int(r.pairs)} pair(s) {'share no instance (untested)' if r.instances == 0 else f'on {int(r.instances)}'}"
-                    for r in rows.itertuples(index=False)))
+                mixed.append(
+                    f"{key}: "
+                    + ", ".join(
+                        f"{int(r.pairs)} pair(s) {'share no instance (untested)' if r.instances == 0 else f'on {int(r.instances)}'}"
+                        for r in rows.itertuples(index=False)
+                    )
+                )
         sentence = f"- **{family.name}** ({family.pairs} tests): "
         if uniform:
             sentence += "every pair compared on the same instances on " + ", ".join(uniform)
         if mixed:
-            sentence += ("; " if uniform else "") + "pairs compared on different numbers of instances on " + \
-                "; ".join(mixed)
+            sentence += (
+                ("; " if uniform else "") + "pairs compared on different numbers of instances on " + "; ".join(mixed)
+            )
         lines.append(sentence + ".")
     return lines
 
 
-def _finetuned_lines(analysis: "Analysis", tables: Mapping[str, Path]) -> list[str]:
+def _finetuned_lines(analysis: Analysis, tables: Mapping[str, Path]) -> list[str]:
     family = analysis.finetuned
     lines = ["### Fine-tuned models compared (Figure 11)", ""]
     if not family.tests:
@@ -389,34 +457,44 @@ def _finetuned_lines(analysis: "Analysis", tables: Mapping[str, Path]) -> list[s
     for correction, column in (("none", "outcome"), (c, f"outcome_{c}")):
         significant = int(pairs[column].isin(["better", "worse"]).sum())
         counts.append(f"{significant} significant with {CORRECTION_NAMES.get(correction, correction)}")
-    lines += [f"Paired bootstrap of fine-tuned model a vs b on each dataset, on the instances both were scored on "
-              f"(column `instances`): {len(pairs)} tests over {len(family.tests)} datasets, " + " and ".join(counts) + ".",
-              "", tables["finetuned_pairwise"].with_suffix(".md").read_text(encoding="utf-8"), ""]
+    lines += [
+        f"Paired bootstrap of fine-tuned model a vs b on each dataset, on the instances both were scored on "
+        f"(column `instances`): {len(pairs)} tests over {len(family.tests)} datasets, " + " and ".join(counts) + ".",
+        "",
+        tables["finetuned_pairwise"].with_suffix(".md").read_text(encoding="utf-8"),
+        "",
+    ]
     return lines
 
 
-def _provenance_lines(analysis: "Analysis") -> list[str]:
+def _provenance_lines(analysis: Analysis) -> list[str]:
     study = analysis.study
     table = analysis.provenance.copy()
     lines = ["## Provenance", ""]
     if study.checked:
-        lines += [f"Every number above comes from exactly the runs the pipeline's summary files name ({len(table)} "
-                  "summaries, runs fetched by id, each FINISHED in this experiment); runs logged by hand or by other "
-                  "profiles are not read. Data versions were checked: the raw corpora's hash is the same for every "
-                  "run, and runs scored on the same datasets have the same dataset digest.", ""]
+        lines += [
+            f"Every number above comes from exactly the runs the pipeline's summary files name ({len(table)} "
+            "summaries, runs fetched by id, each FINISHED in this experiment); runs logged by hand or by other "
+            "profiles are not read. Data versions were checked: the raw corpora's hash is the same for every "
+            "run, and runs scored on the same datasets have the same dataset digest.",
+            "",
+        ]
     else:
         lines += ["These runs were not read through the pipeline's summaries, so their provenance was not checked.", ""]
     dirty = [config for config, flag in table["dirty"].items() if flag]
     if dirty:
-        lines += [f"**Uncommitted changes**: the runs of {', '.join(dirty)} were logged from a working tree with "
-                  "uncommitted changes (commit ending in `-dirty`), so their commit alone does not reproduce them.", ""]
+        lines += [
+            f"**Uncommitted changes**: the runs of {', '.join(dirty)} were logged from a working tree with "
+            "uncommitted changes (commit ending in `-dirty`), so their commit alone does not reproduce them.",
+            "",
+        ]
     table["run_id"] = [run_link(study.tracking_uri, study.experiment_id, r) for r in table["run_id"]]
     table["git_commit"] = [f"`{c}`" if isinstance(c, str) else c for c in table["git_commit"]]
     table["data_version"] = [f"`{v}`" if isinstance(v, str) else v for v in table["data_version"]]
     return lines + [markdown_table(table), ""]
 
 
-def build_report(analysis: "Analysis", drawn: Mapping[str, list[Path]], tables: Mapping[str, Path], out: Path) -> str:
+def build_report(analysis: Analysis, drawn: Mapping[str, list[Path]], tables: Mapping[str, Path], out: Path) -> str:
     """The report's markdown text."""
     study, c = analysis.study, analysis.correction
     cname = CORRECTION_NAMES.get(c, c)
@@ -435,32 +513,67 @@ def build_report(analysis: "Analysis", drawn: Mapping[str, list[Path]], tables: 
     lines += _method_lines(analysis)
     if study.notes:
         lines += ["Input notes:", ""] + [f"- {note}" for note in study.notes] + [""]
-    lines += ["## Results per dataset", "",
-              "F1 (word-LCS micro-F1) with its 95% bootstrap interval, as logged in MLflow.", ""]
+    lines += [
+        "## Results per dataset",
+        "",
+        "F1 (word-LCS micro-F1) with its 95% bootstrap interval, as logged in MLflow.",
+        "",
+    ]
     for task in TASK_ORDER:
         if f"results_{task}" in tables:
-            lines += [f"### {task}", "", Path(tables[f"results_{task}"]).with_suffix(".md").read_text(encoding="utf-8"), ""]
+            lines += [
+                f"### {task}",
+                "",
+                Path(tables[f"results_{task}"]).with_suffix(".md").read_text(encoding="utf-8"),
+                "",
+            ]
     if "finetuned" in tables:
-        lines += ["### Fine-tuned models (Table 10)", "", tables["finetuned"].with_suffix(".md").read_text(encoding="utf-8"), ""]
+        lines += [
+            "### Fine-tuned models (Table 10)",
+            "",
+            tables["finetuned"].with_suffix(".md").read_text(encoding="utf-8"),
+            "",
+        ]
         lines += _finetuned_lines(analysis, tables)
     if "scorers" in tables:
-        lines += ["### The paper's formula beside the study's released scorer", "",
-                  "Primary F1 (`paper`: word LCS / max length, one Hungarian matching) and the released scorer's "
-                  "variants (`src/scoring/variants.py`; README, \"Fidelity with the study\"), on the same outputs:", "",
-                  tables["scorers"].with_suffix(".md").read_text(encoding="utf-8"), ""]
+        lines += [
+            "### The paper's formula beside the study's released scorer",
+            "",
+            "Primary F1 (`paper`: word LCS / max length, one Hungarian matching) and the released scorer's "
+            'variants (`src/scoring/variants.py`; README, "Fidelity with the study"), on the same outputs:',
+            "",
+            tables["scorers"].with_suffix(".md").read_text(encoding="utf-8"),
+            "",
+        ]
     details = [k for k in tables if k.startswith("dataset_")]
-    lines += ["Per-dataset details (precision, recall, strict/relaxed F1, parse failures, errors): " +
-              ", ".join(f"[{k[len('dataset_'):]}](tables/{tables[k].name})" for k in details) + ".", ""]
-    lines += ["## Instances per comparison", "",
-              "Each pair of configurations is compared on the instances both were scored on; per family and dataset, "
-              "the number of instances and of pairs compared on them (`tables/comparisons.csv`):", ""]
+    lines += [
+        "Per-dataset details (precision, recall, strict/relaxed F1, parse failures, errors): "
+        + ", ".join(f"[{k[len('dataset_') :]}](tables/{tables[k].name})" for k in details)
+        + ".",
+        "",
+    ]
+    lines += [
+        "## Instances per comparison",
+        "",
+        "Each pair of configurations is compared on the instances both were scored on; per family and dataset, "
+        "the number of instances and of pairs compared on them (`tables/comparisons.csv`):",
+        "",
+    ]
     lines += _instance_lines(analysis) + [""]
     if "comparisons" in tables and not instance_table(analysis).empty:
         lines += [Path(tables["comparisons"]).with_suffix(".md").read_text(encoding="utf-8"), ""]
     lines += ["## RQ1: does a significant difference on base carry over?", ""]
     lines += _rq1_sentences(analysis) + [""]
-    rq1 = analysis.rq1.pivot_table(index=["group", "reference", "target"], columns="correction",
-                                   values=["pairs", "better", "equal", "worse"], sort=False) if not analysis.rq1.empty else None
+    rq1 = (
+        analysis.rq1.pivot_table(
+            index=["group", "reference", "target"],
+            columns="correction",
+            values=["pairs", "better", "equal", "worse"],
+            sort=False,
+        )
+        if not analysis.rq1.empty
+        else None
+    )
     if rq1 is not None:
         rq1.columns = [f"{value} ({CORRECTION_NAMES.get(corr, corr)})" for value, corr in rq1.columns]
         lines += [markdown_table(rq1), ""]
@@ -475,26 +588,49 @@ def build_report(analysis: "Analysis", drawn: Mapping[str, list[Path]], tables: 
     if pairs.empty or pairs["pairs"].sum() == 0:
         lines += ["Needs at least one model with two strategies scored on a generalization set; none here.", ""]
     else:
-        lines += _pair_sentences(pairs, lambda r: f"{r['strategy_a']} vs {r['strategy_b']}", "model-dataset cells",
-                                 analysis.corrections) + [""]
+        lines += _pair_sentences(
+            pairs, lambda r: f"{r['strategy_a']} vs {r['strategy_b']}", "model-dataset cells", analysis.corrections
+        ) + [""]
         summed = pairs[pairs["dimension"] == "all"].pivot_table(
-            index=["strategy_a", "strategy_b"], columns="correction", values=["pairs", "better", "equal", "worse"], sort=False)
+            index=["strategy_a", "strategy_b"],
+            columns="correction",
+            values=["pairs", "better", "equal", "worse"],
+            sort=False,
+        )
         summed.columns = [f"{v} ({CORRECTION_NAMES.get(k, k)})" for v, k in summed.columns]
-        lines += ["Summed over dimensions (per dimension: `tables/rq3_strategy_pairs.csv`):", "", markdown_table(summed), ""]
+        lines += [
+            "Summed over dimensions (per dimension: `tables/rq3_strategy_pairs.csv`):",
+            "",
+            markdown_table(summed),
+            "",
+        ]
         _figure(lines, drawn, "rq3_strategies", "RQ3 strategy pairs", out)
     lines += ["### Dense vs MoE within a family", ""]
     if analysis.dense_vs_moe.empty:
         lines += [f"This comparison {analysis.dense_vs_moe_reason}.", ""]
     else:
-        lines += _pair_sentences(analysis.dense_vs_moe, lambda r: f"MoE vs dense in family {r['family']}",
-                                 "comparisons", analysis.corrections)
-        lines += ["", markdown_table(analysis.dense_vs_moe.drop(columns=[c for c in analysis.dense_vs_moe.columns
-                                                                         if c.startswith("n_")]), index=False), ""]
+        lines += _pair_sentences(
+            analysis.dense_vs_moe,
+            lambda r: f"MoE vs dense in family {r['family']}",
+            "comparisons",
+            analysis.corrections,
+        )
+        lines += [
+            "",
+            markdown_table(
+                analysis.dense_vs_moe.drop(columns=[c for c in analysis.dense_vs_moe.columns if c.startswith("n_")]),
+                index=False,
+            ),
+            "",
+        ]
         _figure(lines, drawn, "rq3_moe", "RQ3 dense vs MoE", out)
     lines += ["### Model size", ""]
     if not analysis.series:
-        lines += ["This analysis needs more models: no size series (a `size_series` param, or one family with dense "
-                  f"models at two or more sizes) among the {runs['model'].nunique()} model(s) here.", ""]
+        lines += [
+            "This analysis needs more models: no size series (a `size_series` param, or one family with dense "
+            f"models at two or more sizes) among the {runs['model'].nunique()} model(s) here.",
+            "",
+        ]
     else:
         lines += _size_sentences(analysis) + [""]
         _figure(lines, drawn, "size", "F1 against model size", out)
@@ -527,7 +663,7 @@ img{{max-width:100%}}</style></head><body>
 """
 
 
-def write_report(analysis: "Analysis", drawn: Mapping[str, list[Path]], tables: Mapping[str, Path], out: Path) -> Path:
+def write_report(analysis: Analysis, drawn: Mapping[str, list[Path]], tables: Mapping[str, Path], out: Path) -> Path:
     """Write ``report.md`` and ``report.html`` under ``out``; returns the markdown path."""
     import markdown
 

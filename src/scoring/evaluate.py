@@ -7,8 +7,9 @@ and the analysis treats every configuration alike.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -85,9 +86,7 @@ class DatasetEvaluation:
             "columns": ["matched", "n_pred", "n_gold"],
             "stats": {metric: values.tolist() for metric, values in self.score.stats.items()},
             "errors": {name: values.tolist() for name, values in self.score.errors.items()},
-            "per_label_stats": {
-                label: result.stats["lcs"].tolist() for label, result in self.score.per_label.items()
-            },
+            "per_label_stats": {label: result.stats["lcs"].tolist() for label, result in self.score.per_label.items()},
             "resamples": self.resamples,
             "seed": self.seed,
             "bootstrap_f1": self.bootstrap_f1.round(6).tolist(),
@@ -138,10 +137,19 @@ def evaluate_dataset(
         for record, output in zip(records, outputs)
     ]
     return DatasetEvaluation(
-        task, dataset, score, samples, (float(low), float(high)), failures / len(records), rows, resamples, seed,
+        task,
+        dataset,
+        score,
+        samples,
+        (float(low), float(high)),
+        failures / len(records),
+        rows,
+        resamples,
+        seed,
         truncated_rate=sum(o.truncated for o in outputs) / len(records),
         well_formed_rate=sum(o.well_formed for o in outputs) / len(records),
-        variant_metrics=variant_metrics, variant_stats=variant_stats,
+        variant_metrics=variant_metrics,
+        variant_stats=variant_stats,
     )
 
 

@@ -39,8 +39,9 @@ Definitions (tested in ``tests/test_metrics.py``):
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 from scipy.optimize import linear_sum_assignment
@@ -229,7 +230,7 @@ class ScoreResult:
     stats: dict[str, np.ndarray]
     errors: dict[str, np.ndarray]
     not_in_text: np.ndarray
-    per_label: dict[str, "ScoreResult"] = field(default_factory=dict)
+    per_label: dict[str, ScoreResult] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -262,9 +263,7 @@ class ScoreResult:
 def _collect(ids: list[str], scores: list[InstanceScore]) -> ScoreResult:
     n = len(scores)
     stats = {
-        metric: np.array(
-            [(getattr(s, metric), s.n_pred, s.n_gold) for s in scores], dtype=np.float64
-        ).reshape(n, 3)
+        metric: np.array([(getattr(s, metric), s.n_pred, s.n_gold) for s in scores], dtype=np.float64).reshape(n, 3)
         for metric in METRICS
     }
     errors = {name: np.array([getattr(s, name) for s in scores], dtype=np.int64) for name in ERROR_TYPES}

@@ -85,7 +85,9 @@ def pair_predictions(
             raise DataError(pred_path, f"id {short_repr(pred_id)} is not in the gold file {gold_path}", number)
     for number, record in gold:
         if record.id not in predictions:
-            raise DataError(gold_path, f"id {short_repr(record.id)} has no line in the prediction file {pred_path}", number)
+            raise DataError(
+                gold_path, f"id {short_repr(record.id)} has no line in the prediction file {pred_path}", number
+            )
     return [(record, predictions[record.id][1]) for _, record in gold]
 
 

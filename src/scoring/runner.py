@@ -14,9 +14,10 @@ import hashlib
 import json
 import logging
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Protocol
 
 from src.data.schema import Record
 from src.scoring.evaluate import DatasetEvaluation, InstanceOutput, evaluate_dataset, log_evaluation
@@ -198,7 +199,9 @@ def evaluate_configuration(
     return RunOutcome(active.info.run_id, outcomes)
 
 
-def _evaluate_one(plan: DatasetPlan, system: System, scoring: ScoringOptions, secrets: tuple[str, ...]) -> DatasetOutcome:
+def _evaluate_one(
+    plan: DatasetPlan, system: System, scoring: ScoringOptions, secrets: tuple[str, ...]
+) -> DatasetOutcome:
     import mlflow
 
     from src import tracking
@@ -213,12 +216,23 @@ def _evaluate_one(plan: DatasetPlan, system: System, scoring: ScoringOptions, se
         tracking.log_json_artifact(produced.failures, f"failures/{plan.task}/{plan.dataset}.json", secrets)
         return DatasetOutcome(plan, None, produced.failures, produced.usage)
     evaluation = evaluate_dataset(
-        plan.task, plan.dataset, plan.records, produced.outputs, scoring.resamples, scoring.seed, scoring.lowercase,
+        plan.task,
+        plan.dataset,
+        plan.records,
+        produced.outputs,
+        scoring.resamples,
+        scoring.seed,
+        scoring.lowercase,
         variants=scoring.variants,
     )
     log_evaluation(evaluation, secrets)
-    log.info("%s/%s: F1 %.3f (%d instances)", plan.task, plan.dataset, evaluation.metrics()[f"{prefix}.f1"],
-             len(plan.records))
+    log.info(
+        "%s/%s: F1 %.3f (%d instances)",
+        plan.task,
+        plan.dataset,
+        evaluation.metrics()[f"{prefix}.f1"],
+        len(plan.records),
+    )
     return DatasetOutcome(plan, evaluation, {}, produced.usage)
 
 

@@ -33,8 +33,9 @@ Confidence intervals are bootstrap percentile intervals.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING
 
 import numpy as np
 from threadpoolctl import threadpool_limits
@@ -52,9 +53,7 @@ def _generator(seed: int | np.random.Generator) -> np.random.Generator:
     return seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
 
 
-def iter_resample_counts(
-    n_instances: int, resamples: int, seed: int | np.random.Generator = 0
-) -> Iterator[np.ndarray]:
+def iter_resample_counts(n_instances: int, resamples: int, seed: int | np.random.Generator = 0) -> Iterator[np.ndarray]:
     """Yield the rows of :func:`resample_counts` in blocks of about ``RESAMPLE_BLOCK_ELEMENTS`` counts.
 
     Each block draws ``rng.integers(0, n_instances, size=(rows, n_instances))`` (the same

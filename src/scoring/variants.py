@@ -105,29 +105,40 @@ VARIANTS: Mapping[str, VariantSpec] = MappingProxyType(
         spec.name: spec
         for spec in (
             VariantSpec(
-                "paper", "LCS F1 (paper)",
+                "paper",
+                "LCS F1 (paper)",
                 "paper's formula: word LCS / max length, one Hungarian matching for P and R",
-                "words", "joint", primary=True,
+                "words",
+                "joint",
+                primary=True,
             ),
             VariantSpec(
-                "released", "released token 1:1",
+                "released",
+                "released token 1:1",
                 "released scorer: lower-cased whitespace tokens, longest common run, separate P and R Hungarians",
-                "tokens", "separate",
+                "tokens",
+                "separate",
             ),
             VariantSpec(
-                "released_best", "released token best-of",
+                "released_best",
+                "released token best-of",
                 "released scorer: lower-cased whitespace tokens, longest common run, best partner per span",
-                "tokens", "best_of",
+                "tokens",
+                "best_of",
             ),
             VariantSpec(
-                "released_char", "released char 1:1",
+                "released_char",
+                "released char 1:1",
                 "released scorer: lower-cased characters, longest common substring, separate P and R Hungarians",
-                "chars", "separate",
+                "chars",
+                "separate",
             ),
             VariantSpec(
-                "released_char_best", "released char best-of",
+                "released_char_best",
+                "released char best-of",
                 "released scorer: lower-cased characters, longest common substring, best partner per span",
-                "chars", "best_of",
+                "chars",
+                "best_of",
             ),
         )
     }
@@ -287,12 +298,7 @@ def _released_stats(prepared: list[tuple[Record, list]], unit: str, matchings: S
     pred_len = np.array([len(u) for units in pred_units for u in units], dtype=np.float64)
     gold_len = np.array([len(u) for units in gold_units for u in units], dtype=np.float64)
     runs = np.array(
-        [
-            _run(p, g) if p and g else 0
-            for preds, golds in zip(pred_units, gold_units)
-            for p in preds
-            for g in golds
-        ],
+        [_run(p, g) if p and g else 0 for preds, golds in zip(pred_units, gold_units) for p in preds for g in golds],
         dtype=np.float64,
     )
     # flat pair layout -> instance, global prediction index, global gold index
@@ -319,8 +325,9 @@ def _released_stats(prepared: list[tuple[Record, list]], unit: str, matchings: S
             p_sum = np.bincount(inst_of_pred, weights=best_p, minlength=n)
             r_sum = np.bincount(inst_of_gold, weights=best_r, minlength=n)
         elif matching == "separate":
-            p_sum, r_sum = _one_to_one(w_p, w_r, runs > 0, inst, pred_idx, gold_idx, inst_of_pred, inst_of_gold,
-                                       n_pred, n_gold, pair_start)
+            p_sum, r_sum = _one_to_one(
+                w_p, w_r, runs > 0, inst, pred_idx, gold_idx, inst_of_pred, inst_of_gold, n_pred, n_gold, pair_start
+            )
         else:
             raise ValueError(f"matching {matching!r} is not a released-scorer matching")
         out[matching] = np.column_stack([p_sum, r_sum, *counts]) if n else np.zeros((0, 4))

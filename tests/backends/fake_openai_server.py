@@ -17,9 +17,9 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Callable
 
 AnswerRule = Callable[[dict], str]
 
@@ -94,9 +94,16 @@ class FakeOpenAIServer:
         with self._lock:
             return [t for body, t in zip(self.bodies, self.arrivals) if marker in last_user_message(body)]
 
-    def inject(self, marker: str | None, status: int | None = None, times: int | None = 1,
-               retry_after: float | str | None = None, delay_s: float = 0.0, body: str | None = None,
-               content_type: str = "application/json") -> Fault:
+    def inject(
+        self,
+        marker: str | None,
+        status: int | None = None,
+        times: int | None = 1,
+        retry_after: float | str | None = None,
+        delay_s: float = 0.0,
+        body: str | None = None,
+        content_type: str = "application/json",
+    ) -> Fault:
         """Serve ``status`` (after ``delay_s``) to the next ``times`` matching requests.
 
         ``status=None`` with ``delay_s`` makes a slow but successful response (for timeouts);
@@ -117,7 +124,7 @@ class FakeOpenAIServer:
             self.arrivals.clear()
             self.max_in_flight = 0
 
-    def start(self) -> "FakeOpenAIServer":
+    def start(self) -> FakeOpenAIServer:
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         self._thread.start()
         return self
@@ -126,7 +133,7 @@ class FakeOpenAIServer:
         self._server.shutdown()
         self._server.server_close()
 
-    def __enter__(self) -> "FakeOpenAIServer":
+    def __enter__(self) -> FakeOpenAIServer:
         return self.start()
 
     def __exit__(self, *exc_info) -> None:
@@ -155,8 +162,11 @@ class FakeOpenAIServer:
     def completion(self, body: dict) -> dict:
         text = self.answer(body)
         prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in body.get("messages", []))
-        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": len(text.split()),
-                 "total_tokens": prompt_tokens + len(text.split())}
+        usage = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": len(text.split()),
+            "total_tokens": prompt_tokens + len(text.split()),
+        }
         if self.report_cost:
             usage["cost"] = round(1e-6 * usage["total_tokens"], 9)
         return {
@@ -217,8 +227,9 @@ def _handler_for(server: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
             finally:
                 server._leave(status)
 
-        def _send(self, status: int, payload: str, headers: dict | None = None,
-                  content_type: str = "application/json") -> None:
+        def _send(
+            self, status: int, payload: str, headers: dict | None = None, content_type: str = "application/json"
+        ) -> None:
             data = payload.encode("utf-8")
             self.send_response(status)
             self.send_header("Content-Type", content_type)

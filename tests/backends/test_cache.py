@@ -42,8 +42,9 @@ class CountingBackend:
             if self.fail_on and self.fail_on in content:
                 result = GenerationResult(request, None, error="boom")
             else:
-                result = GenerationResult(request, f"answer to {content}", usage={"completion_tokens": 3},
-                                          latency_s=0.5, finish_reason="stop")
+                result = GenerationResult(
+                    request, f"answer to {content}", usage={"completion_tokens": 3}, latency_s=0.5, finish_reason="stop"
+                )
             if on_result is not None:
                 on_result(index, result)
             results.append(result)

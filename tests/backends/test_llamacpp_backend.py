@@ -31,8 +31,12 @@ def test_missing_llama_cpp_names_the_setup_step(monkeypatch):
 
 def test_json_value_end_counts_brackets_outside_strings():
     assert complete_json_end('["a", "b"]') == 10
-    assert complete_json_end('Sure! It\'s this: ["x ] y", "say \\"]\\""] and more') == len('Sure! It\'s this: ["x ] y", "say \\"]\\""]')
-    assert complete_json_end('{"spans": ["a"], "reasoning_steps": ["{"]}\n') == len('{"spans": ["a"], "reasoning_steps": ["{"]}')
+    assert complete_json_end('Sure! It\'s this: ["x ] y", "say \\"]\\""] and more') == len(
+        'Sure! It\'s this: ["x ] y", "say \\"]\\""]'
+    )
+    assert complete_json_end('{"spans": ["a"], "reasoning_steps": ["{"]}\n') == len(
+        '{"spans": ["a"], "reasoning_steps": ["{"]}'
+    )
     assert complete_json_end('["unfinished", ') is None
     assert complete_json_end("no json here") is None
     assert cut_after_json('["a"]\nExplanation: ...') == ('["a"]', True)
@@ -57,7 +61,10 @@ def test_cache_key_changes_with_schema_and_completion():
     constrained = ChatRequest(messages, response_schema=ARRAY_SCHEMA)
     completion = ChatRequest(messages, response_schema=ARRAY_SCHEMA, completion=True)
     identity = {"gguf_file": EMBEDDED_GGUF}
-    keys = {cache_key(cache_key_fields("llamacpp", "smollm2-135m-gguf", identity, r)) for r in (plain, constrained, completion)}
+    keys = {
+        cache_key(cache_key_fields("llamacpp", "smollm2-135m-gguf", identity, r))
+        for r in (plain, constrained, completion)
+    }
     assert len(keys) == 3
     assert cache_key_fields("llamacpp", "m", identity, constrained)["response_schema"] == ARRAY_SCHEMA
 
@@ -90,18 +97,37 @@ TEXTS = [
 ]
 
 
-def _strategy_requests(task: str = "timex", schema: str | None = ARRAY_SCHEMA, max_tokens: int = 24) -> list[ChatRequest]:
+def _strategy_requests(
+    task: str = "timex", schema: str | None = ARRAY_SCHEMA, max_tokens: int = 24
+) -> list[ChatRequest]:
     from src.data.schema import Record, Span
 
     exemplars = [
-        Record(id="ex1", doc_id="d1", text="Prices rose on Monday.", source="test",
-               spans=(Span(16, 22, "Monday", "TIMEX"),)),
-        Record(id="ex2", doc_id="d2", text="The talks lasted three days.", source="test",
-               spans=(Span(16, 26, "three days", "TIMEX"),)),
+        Record(
+            id="ex1",
+            doc_id="d1",
+            text="Prices rose on Monday.",
+            source="test",
+            spans=(Span(16, 22, "Monday", "TIMEX"),),
+        ),
+        Record(
+            id="ex2",
+            doc_id="d2",
+            text="The talks lasted three days.",
+            source="test",
+            spans=(Span(16, 26, "three days", "TIMEX"),),
+        ),
     ]
     strategy = get_strategy("I", k=2)
-    return [ChatRequest(build_messages(strategy, task, text, exemplars), max_tokens=max_tokens,
-                        response_schema=schema, request_id=str(i)) for i, text in enumerate(TEXTS)]
+    return [
+        ChatRequest(
+            build_messages(strategy, task, text, exemplars),
+            max_tokens=max_tokens,
+            response_schema=schema,
+            request_id=str(i),
+        )
+        for i, text in enumerate(TEXTS)
+    ]
 
 
 @pytest.fixture(scope="module")

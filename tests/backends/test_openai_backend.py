@@ -33,8 +33,14 @@ def make_backend(server, monkeypatch):
 
     def make(**options) -> OpenAIBackend:
         defaults = dict(
-            model_id="test/model", base_url=server.base_url, api_key_env=KEY_ENV,
-            max_concurrency=8, timeout_s=5.0, max_retries=3, backoff_base_s=0.01, backoff_max_s=0.05,
+            model_id="test/model",
+            base_url=server.base_url,
+            api_key_env=KEY_ENV,
+            max_concurrency=8,
+            timeout_s=5.0,
+            max_retries=3,
+            backoff_base_s=0.01,
+            backoff_max_s=0.05,
         )
         return OpenAIBackend(**{**defaults, **options})
 
@@ -203,7 +209,7 @@ MALFORMED_200 = {
     "error object": '{"error": {"message": "upstream overloaded", "code": 502}, "choices": []}',
     "error beside choices": '{"error": {"message": "moderation"}, "choices": [{"message": {"content": "x"}}]}',
     "non-string content": '{"choices": [{"message": {"content": ["x"]}}]}',
-    "JSON array body": '[1, 2]',
+    "JSON array body": "[1, 2]",
 }
 
 
@@ -221,9 +227,16 @@ def test_html_200_is_retried(server, make_backend):
     assert result.text == '["html"]' and server.requests_matching("html") == 2
 
 
-@pytest.mark.parametrize("kind, cause", [("null content", "null content"), ("missing message", "without message"),
-                                         ("truncated JSON", "not valid JSON"), ("error object", "upstream overloaded"),
-                                         ("empty choices", "without choices")])
+@pytest.mark.parametrize(
+    "kind, cause",
+    [
+        ("null content", "null content"),
+        ("missing message", "without message"),
+        ("truncated JSON", "not valid JSON"),
+        ("error object", "upstream overloaded"),
+        ("empty choices", "without choices"),
+    ],
+)
 def test_a_200_that_never_answers_ends_as_a_failure_naming_the_cause(tmp_path, server, make_backend, kind, cause):
     server.inject("odd", status=200, times=None, body=MALFORMED_200[kind])
     cache = ResponseCache(tmp_path)
@@ -236,7 +249,9 @@ def test_a_200_that_never_answers_ends_as_a_failure_naming_the_cause(tmp_path, s
 
 
 def test_empty_string_content_is_a_real_answer(server, make_backend):
-    server.inject("blank", status=200, times=None, body='{"choices": [{"message": {"content": ""}, "finish_reason": "stop"}]}')
+    server.inject(
+        "blank", status=200, times=None, body='{"choices": [{"message": {"content": ""}, "finish_reason": "stop"}]}'
+    )
     (result,) = make_backend().generate([request("blank")])
     assert result.text == "" and result.ok and server.requests_matching("blank") == 1
 
@@ -260,15 +275,21 @@ def test_provider_key_goes_only_to_its_provider(monkeypatch, server):
         backend = OpenAIBackend(model_id="m", base_url=server.base_url, api_key_env=variable)
         assert backend.generate([request(variable)])[0].text == f'["{variable}"]'
     assert server.authorizations == ["Bearer EMPTY", "Bearer EMPTY"]
-    for url in ("https://example.com/v1", "https://openrouter.ai.example.com/v1", "https://evilopenrouter.ai/v1",
-                "http://10.0.0.5:8000/v1"):
+    for url in (
+        "https://example.com/v1",
+        "https://openrouter.ai.example.com/v1",
+        "https://evilopenrouter.ai/v1",
+        "http://10.0.0.5:8000/v1",
+    ):
         with pytest.raises(KeyHostMismatchError, match="OPENROUTER_API_KEY.*openrouter.ai.*api_key_env"):
             OpenAIBackend(model_id="m", base_url=url, api_key_env="OPENROUTER_API_KEY")
     with pytest.raises(KeyHostMismatchError, match="OPENAI_API_KEY"):
         OpenAIBackend(model_id="m", base_url="https://openrouter.ai/api/v1", api_key_env="OPENAI_API_KEY")
     OpenAIBackend(model_id="m", base_url="https://openrouter.ai/api/v1", api_key_env="OPENROUTER_API_KEY")
     OpenAIBackend(model_id="m", base_url="https://api.openai.com/v1", api_key_env="OPENAI_API_KEY")
-    OpenAIBackend(model_id="m", base_url="https://example.com/v1", api_key_env="TEMPGEN_ABSENT_KEY_OK", require_api_key=False)
+    OpenAIBackend(
+        model_id="m", base_url="https://example.com/v1", api_key_env="TEMPGEN_ABSENT_KEY_OK", require_api_key=False
+    )
 
 
 def test_a_key_variable_of_its_own_is_sent_to_any_host(monkeypatch, server):
@@ -307,8 +328,13 @@ def test_a_request_schema_is_sent_as_response_format_in_the_servers_dialect():
     with FakeOpenAIServer(answer=lambda body: '["Friday"]') as server:
         request = _Request(messages=(("user", "When?"),), response_schema=schema, request_id="r")
         for kind, expected in (
-            ("json_schema", {"type": "json_schema", "json_schema": {"name": "answer", "strict": True,
-                                                                    "schema": _json.loads(schema)}}),
+            (
+                "json_schema",
+                {
+                    "type": "json_schema",
+                    "json_schema": {"name": "answer", "strict": True, "schema": _json.loads(schema)},
+                },
+            ),
             ("json_object", {"type": "json_object", "schema": _json.loads(schema)}),
             ("none", None),
         ):

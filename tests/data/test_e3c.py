@@ -15,7 +15,7 @@ def test_fixture_converts_utf16_offsets_and_reads_sentences():
     document = read_e3c(FIXTURES / "e3c_small.xml")
     assert document.doc_id == "e3c_small"
     assert document.source == "e3c"
-    assert document.text == "Day 1: fever \U0001F637 for 3 days.\r\nShe recovered on 12 May."
+    assert document.text == "Day 1: fever \U0001f637 for 3 days.\r\nShe recovered on 12 May."
     # the emoji is two UTF-16 units in the file's offsets, one character here
     assert [(s.text, s.label) for s in document.spans] == [
         ("fever", "EVENT"),
@@ -24,7 +24,7 @@ def test_fixture_converts_utf16_offsets_and_reads_sentences():
         ("12 May", "TIMEX"),
     ]
     assert [document.text[b:e] for b, e in document.sentences] == [
-        "Day 1: fever \U0001F637 for 3 days.",
+        "Day 1: fever \U0001f637 for 3 days.",
         "She recovered on 12 May.",
     ]
     check_spans(document.text, document.spans, "fixture")
@@ -47,18 +47,24 @@ def test_broken_files_raise_data_error_naming_the_file(name, expected):
 
 def test_annotation_of_another_view_is_an_error(tmp_path):
     path = tmp_path / "other_view.xml"
-    path.write_text((FIXTURES / "e3c_small.xml").read_text(encoding="utf-8").replace(
-        '<custom:EVENT xmi:id="104" sofa="12"', '<custom:EVENT xmi:id="104" sofa="13"'
-    ), encoding="utf-8")
+    path.write_text(
+        (FIXTURES / "e3c_small.xml")
+        .read_text(encoding="utf-8")
+        .replace('<custom:EVENT xmi:id="104" sofa="12"', '<custom:EVENT xmi:id="104" sofa="13"'),
+        encoding="utf-8",
+    )
     with pytest.raises(DataError, match=r"other_view.xml: EVENT xmi:id=104 refers to sofa '13'"):
         read_e3c(path)
 
 
 def test_reversed_offsets_are_an_error(tmp_path):
     path = tmp_path / "reversed.xml"
-    path.write_text((FIXTURES / "e3c_small.xml").read_text(encoding="utf-8").replace(
-        'begin="7" end="12" docTimeRel', 'begin="12" end="7" docTimeRel'
-    ), encoding="utf-8")
+    path.write_text(
+        (FIXTURES / "e3c_small.xml")
+        .read_text(encoding="utf-8")
+        .replace('begin="7" end="12" docTimeRel', 'begin="12" end="7" docTimeRel'),
+        encoding="utf-8",
+    )
     with pytest.raises(DataError, match=r"reversed.xml: EVENT xmi:id=104 offsets 12-7"):
         read_e3c(path)
 
@@ -75,9 +81,7 @@ def test_real_counts_match_data_notes(e3c_documents):
     assert labels == {"TIMEX": 380, "EVENT": 4885}
     sentences = [(d, b, e) for d in e3c_documents for b, e in d.sentences]
     assert len(sentences) == 1520
-    with_timex = sum(
-        any(s.label == "TIMEX" and b <= s.start and s.end <= e for s in d.spans) for d, b, e in sentences
-    )
+    with_timex = sum(any(s.label == "TIMEX" and b <= s.start and s.end <= e for s in d.spans) for d, b, e in sentences)
     assert with_timex == 311
 
 
@@ -120,9 +124,21 @@ def test_latin1_file_declared_latin1_reads_correctly(tmp_path):
     "old, new, expected",
     [
         # the EVENT "fever" (7-12) moved by one or two characters either way
-        ('begin="7" end="12" docTimeRel', 'begin="8" end="13" docTimeRel', "EVENT xmi:id=104 offsets 8-13 starts inside a word"),
-        ('begin="7" end="12" docTimeRel', 'begin="5" end="10" docTimeRel', "EVENT xmi:id=104 offsets 5-10 ends inside a word"),
-        ('begin="7" end="12" docTimeRel', 'begin="6" end="12" docTimeRel', "EVENT xmi:id=104 offsets 6-12 covers ' fever'"),
+        (
+            'begin="7" end="12" docTimeRel',
+            'begin="8" end="13" docTimeRel',
+            "EVENT xmi:id=104 offsets 8-13 starts inside a word",
+        ),
+        (
+            'begin="7" end="12" docTimeRel',
+            'begin="5" end="10" docTimeRel',
+            "EVENT xmi:id=104 offsets 5-10 ends inside a word",
+        ),
+        (
+            'begin="7" end="12" docTimeRel',
+            'begin="6" end="12" docTimeRel',
+            "EVENT xmi:id=104 offsets 6-12 covers ' fever'",
+        ),
         # a sentence moved into its first word
         ('begin="29" end="53"', 'begin="30" end="53"', "Sentence xmi:id=101 offsets 30-53 starts inside a word"),
     ],

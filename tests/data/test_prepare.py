@@ -44,7 +44,9 @@ def test_every_file_of_the_contract_is_written_and_valid(prepared):
             assert records, f"{task}/{name} is empty"
             for record in records:
                 labels = {s.label for s in record.spans}
-                assert labels == ({"TIMEX"} if task == "timex" else {"EVENT"} if task == "eventx" else {"TIMEX", "EVENT"})
+                assert labels == (
+                    {"TIMEX"} if task == "timex" else {"EVENT"} if task == "eventx" else {"TIMEX", "EVENT"}
+                )
 
 
 def test_splits_are_disjoint_by_document(prepared):

@@ -157,10 +157,15 @@ def test_timebank_wire_trailers_are_cut(real_corpora):
 @pytest.mark.parametrize(
     "name, expected",
     [
-        ("timeml_two_dcts.tml", "expected exactly one creation time TIMEX3 (functionInDocument CREATION_TIME or "
-         "PUBLICATION_TIME), found 2, TIMEX3 t0, TIMEX3 t9"),
-        ("timeml_no_dct.tml", "expected exactly one creation time TIMEX3 (functionInDocument CREATION_TIME or "
-         "PUBLICATION_TIME), found 0"),
+        (
+            "timeml_two_dcts.tml",
+            "expected exactly one creation time TIMEX3 (functionInDocument CREATION_TIME or "
+            "PUBLICATION_TIME), found 2, TIMEX3 t0, TIMEX3 t9",
+        ),
+        (
+            "timeml_no_dct.tml",
+            "expected exactly one creation time TIMEX3 (functionInDocument CREATION_TIME or PUBLICATION_TIME), found 0",
+        ),
         ("timeml_event_in_dct.tml", "EVENT e5 is nested inside the creation time TIMEX3 t0"),
         ("timeml_tbaq_dct_in_text.tml", "TIMEX3 t5 in <TEXT> is a second creation time (the DCT is in <DCT>)"),
     ],
@@ -186,8 +191,14 @@ def test_tbaq_dct_element_must_hold_one_timex(tmp_path):
 
 def test_utf8_timeml_declared_latin1_is_an_error(tmp_path):
     path = tmp_path / "declared_latin1.tml"
-    text = (FIXTURES / "timeml_tbaq.tml").read_text(encoding="utf-8").replace('Bombs <EVENT eid="e1"', 'Bombes à Nairobi <EVENT eid="e1"')
-    path.write_bytes(text.replace('<?xml version="1.0" ?>', '<?xml version="1.0" encoding="ISO-8859-1"?>').encode("utf-8"))
+    text = (
+        (FIXTURES / "timeml_tbaq.tml")
+        .read_text(encoding="utf-8")
+        .replace('Bombs <EVENT eid="e1"', 'Bombes à Nairobi <EVENT eid="e1"')
+    )
+    path.write_bytes(
+        text.replace('<?xml version="1.0" ?>', '<?xml version="1.0" encoding="ISO-8859-1"?>').encode("utf-8")
+    )
     with pytest.raises(DataError, match=r"declared_latin1.tml:\d+: declares encoding 'ISO-8859-1' but its non-ASCII"):
         read_timeml(path)
     path.write_bytes(text.encode("utf-8"))  # no declaration: UTF-8, read correctly

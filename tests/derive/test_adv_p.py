@@ -68,8 +68,11 @@ class ScriptedBackend:
         for index, request in enumerate(requests):
             self.requests.append(request)
             text = self.script[sentence_of(request)].get(kind_of(request), '{"rewritten": "x"}')
-            result = (GenerationResult(request, None, error="boom") if text is None
-                      else GenerationResult(request, text, finish_reason=self.finish_reason))
+            result = (
+                GenerationResult(request, None, error="boom")
+                if text is None
+                else GenerationResult(request, text, finish_reason=self.finish_reason)
+            )
             results.append(result)
             if on_result is not None:
                 on_result(index, result)
@@ -78,8 +81,10 @@ class ScriptedBackend:
 
 def scripted_similarity(low: set[str] = frozenset()):
     """1.0 for every pair, except rewrites listed in ``low`` (0.1)."""
+
     def similarity(originals, rewrites):
         return [0.1 if r in low else 1.0 for r in rewrites]
+
     return similarity
 
 
@@ -114,8 +119,17 @@ def test_instance_kinds_cycle_from_a_seeded_start():
 
 def test_parse_rewrite_is_strict():
     assert parse_rewrite(' {"rewritten": " A new text. "}\n') == "A new text."
-    for raw in [None, "", "A new text.", 'Answer: {"rewritten": "x"}', '```json\n{"rewritten": "x"}\n```',
-                '{"rewritten": 3}', '["x"]', '{"rewritten": "x", "note": "y"}', '{"rewritten": "x"']:
+    for raw in [
+        None,
+        "",
+        "A new text.",
+        'Answer: {"rewritten": "x"}',
+        '```json\n{"rewritten": "x"}\n```',
+        '{"rewritten": 3}',
+        '["x"]',
+        '{"rewritten": "x", "note": "y"}',
+        '{"rewritten": "x"',
+    ]:
         with pytest.raises(AlignmentError) as caught:
             parse_rewrite(raw)
         assert caught.value.reason == "format", raw
@@ -188,11 +202,17 @@ def test_order_rejection_is_counted():
 def test_char_noise_answer_without_a_typo_is_a_kind_rejection():
     synonyms = answer("The firm announced bigger sales on Monday.")
     typos = answer("The compnay reported higher slaes on Monday.")
-    _, outcome, stats = run([make_record("r", ORIGINAL, "Monday")], {ORIGINAL: {k: synonyms for k in EDIT_KINDS}},
-                            RewriteSettings(max_attempts=1, seed=1, kinds=("char_noise",)))
+    _, outcome, stats = run(
+        [make_record("r", ORIGINAL, "Monday")],
+        {ORIGINAL: {k: synonyms for k in EDIT_KINDS}},
+        RewriteSettings(max_attempts=1, seed=1, kinds=("char_noise",)),
+    )
     assert outcome.accepted == [] and stats["rejection_reasons"] == {"kind": 1}
-    _, outcome, _ = run([make_record("r", ORIGINAL, "Monday")], {ORIGINAL: {k: typos for k in EDIT_KINDS}},
-                        RewriteSettings(max_attempts=1, seed=1, kinds=("char_noise",)))
+    _, outcome, _ = run(
+        [make_record("r", ORIGINAL, "Monday")],
+        {ORIGINAL: {k: typos for k in EDIT_KINDS}},
+        RewriteSettings(max_attempts=1, seed=1, kinds=("char_noise",)),
+    )
     assert outcome.accepted[0].extra["edit_kind"] == "char_noise"
     assert adv_p.has_typo(ORIGINAL, "The compnay reported higher sales on Monday.")
     assert not adv_p.has_typo(ORIGINAL, "The firm reported higher sales on Monday.")
@@ -201,8 +221,12 @@ def test_char_noise_answer_without_a_typo_is_a_kind_rejection():
 def test_numbers_must_be_kept():
     record = make_record("n", "Net income rose 21% to $3 million in 1990.", "1990")
     check_rewrite(record, "Net profit grew 21% to $3 million in 1990.", {})
-    for rewrite in ["Net profit grew 12% to $3 million in 1990.", "Net profit grew to $3 million in 1990.",
-                    "Net profit grew 21 to $3 million in 1990.", "Net profit grew 21% to 3 million in 1990."]:
+    for rewrite in [
+        "Net profit grew 12% to $3 million in 1990.",
+        "Net profit grew to $3 million in 1990.",
+        "Net profit grew 21 to $3 million in 1990.",
+        "Net profit grew 21% to 3 million in 1990.",
+    ]:
         with pytest.raises(AlignmentError) as caught:
             check_rewrite(record, rewrite, {})
         assert caught.value.reason == "numbers", rewrite
@@ -274,9 +298,29 @@ def test_main_writes_valid_records_and_stats(tmp_path, monkeypatch):
     base = tmp_path / "base.jsonl"
     write_records(base, [good, twice, bad])
     out, stats_path, examples = tmp_path / "adv_p.jsonl", tmp_path / "stats.json", tmp_path / "adv_p.md"
-    adv_p.main(["--input", str(base), "--output", str(out), "--backend", "scripted", "--model-id", "x",
-                "--seed", "3", "--max-attempts", "3", "--cache-dir", str(tmp_path / "cache"),
-                "--stats", str(stats_path), "--examples", str(examples)], similarity=scripted_similarity())
+    adv_p.main(
+        [
+            "--input",
+            str(base),
+            "--output",
+            str(out),
+            "--backend",
+            "scripted",
+            "--model-id",
+            "x",
+            "--seed",
+            "3",
+            "--max-attempts",
+            "3",
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            "--stats",
+            str(stats_path),
+            "--examples",
+            str(examples),
+        ],
+        similarity=scripted_similarity(),
+    )
     derived = read_records(out)
     assert [r.id for r in derived] == ["good", "twice"]
     for record, original in zip(derived, [good, twice]):
@@ -290,9 +334,27 @@ def test_main_writes_valid_records_and_stats(tmp_path, monkeypatch):
     assert all(r.response_schema == adv_p.RESPONSE_SCHEMA_TEXT for r in backend.requests)
     assert "adv_p" in examples.read_text()
     # a rerun is answered by the response cache
-    adv_p.main(["--input", str(base), "--output", str(out), "--backend", "scripted", "--model-id", "x",
-                "--seed", "3", "--max-attempts", "3", "--cache-dir", str(tmp_path / "cache"),
-                "--stats", str(stats_path)], similarity=scripted_similarity())
+    adv_p.main(
+        [
+            "--input",
+            str(base),
+            "--output",
+            str(out),
+            "--backend",
+            "scripted",
+            "--model-id",
+            "x",
+            "--seed",
+            "3",
+            "--max-attempts",
+            "3",
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            "--stats",
+            str(stats_path),
+        ],
+        similarity=scripted_similarity(),
+    )
     assert len(backend.requests) == 5 and json.loads(stats_path.read_text())["cached_responses"] == 5
 
 
@@ -300,8 +362,19 @@ def test_cli_options():
     base = ["--input", "b", "--output", "o", "--seed", "1", "--cache-dir", "c"]
     args = adv_p.build_parser().parse_args(base)
     assert (args.fallback, args.min_similarity, args.edit_kinds) == ("none", adv_p.MIN_SIMILARITY, EDIT_KINDS)
-    args = adv_p.build_parser().parse_args(base + ["--fallback", "char_noise_rule", "--edit-kinds", "lexical,structural",
-                                                   "--min-similarity", "0.9", "--max-length-ratio", "1.2"])
+    args = adv_p.build_parser().parse_args(
+        base
+        + [
+            "--fallback",
+            "char_noise_rule",
+            "--edit-kinds",
+            "lexical,structural",
+            "--min-similarity",
+            "0.9",
+            "--max-length-ratio",
+            "1.2",
+        ]
+    )
     assert args.fallback == RULE_KIND and args.edit_kinds == ("lexical", "structural")
     assert (args.min_similarity, args.max_length_ratio) == (0.9, 1.2)
     with pytest.raises(SystemExit):
@@ -312,10 +385,28 @@ def test_cli_options():
 def test_embedded_model_three_instances(tmp_path):
     """The real SmolLM2 135M and MiniLM on 3 timex instances: whatever is accepted is valid."""
     out, stats_path = tmp_path / "adv_p.jsonl", tmp_path / "stats.json"
-    adv_p.main(["--input", "data/prepared/timex/base.jsonl", "--output", str(out),
-                "--model-config", "conf/model/smollm2_135m.yaml", "--seed", "13", "--max-attempts", "3",
-                "--cache-dir", str(tmp_path / "cache"), "--limit", "3", "--stats", str(stats_path),
-                "--fallback", "char_noise_rule"])
+    adv_p.main(
+        [
+            "--input",
+            "data/prepared/timex/base.jsonl",
+            "--output",
+            str(out),
+            "--model-config",
+            "conf/model/smollm2_135m.yaml",
+            "--seed",
+            "13",
+            "--max-attempts",
+            "3",
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            "--limit",
+            "3",
+            "--stats",
+            str(stats_path),
+            "--fallback",
+            "char_noise_rule",
+        ]
+    )
     stats = json.loads(stats_path.read_text())
     base = {r.id: r for r in read_records("data/prepared/timex/base.jsonl")}
     derived = read_records(out)

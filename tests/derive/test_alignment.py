@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from src.data.schema import Record, Span, check_spans
+from src.data.text import word_offsets
 from src.derive.alignment import (
     AlignmentError,
     TextEdit,
@@ -20,7 +21,6 @@ from src.derive.alignment import (
     shift_spans,
     word_swap_edits,
 )
-from src.data.text import word_offsets
 
 
 def record(text: str, *strings: str, label: str = "TIMEX") -> Record:
@@ -83,8 +83,12 @@ def test_relocate_in_order_resolves_equal_counts_and_rejects_the_rest():
 
 def test_word_swap_edits_need_unchanged_text_between_words():
     old = "Prices rose, sharply, on Monday."
-    edits = word_swap_edits(old, ["Prices", "rose", "sharply", "on", "Monday"],
-                            "Costs rose, steeply, on Monday.", ["Costs", "rose", "steeply", "on", "Monday"])
+    edits = word_swap_edits(
+        old,
+        ["Prices", "rose", "sharply", "on", "Monday"],
+        "Costs rose, steeply, on Monday.",
+        ["Costs", "rose", "steeply", "on", "Monday"],
+    )
     assert edits == [TextEdit(0, 6, "Costs"), TextEdit(13, 20, "steeply")]
     with pytest.raises(AlignmentError):
         word_swap_edits(old, ["Prices", "rose"], "Prices  rose", ["Prices", "rose"])
@@ -103,7 +107,9 @@ def test_derived_record_refuses_changed_span_text_and_glued_words():
 
 def test_changed_words_counts_replacements_and_insertions():
     assert changed_words("He left on Monday.", "She left early on Monday.") == [
-        {"old": "He", "new": "She"}, {"old": "", "new": "early"}]
+        {"old": "He", "new": "She"},
+        {"old": "", "new": "early"},
+    ]
     assert count_changed_words("He left on Monday.", "She left early on Monday.") == 2
     assert count_changed_words("same text", "same text") == 0
 

@@ -10,9 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from src.data.schema import Record, Span, check_spans, read_records, write_records
+from src.data.text import word_offsets, words
 from src.derive import voc
 from src.derive.voc import VocabularyShifter, match_case, pseudo_word, word_frequencies
-from src.data.text import word_offsets, words
 
 TRAIN_TEXT = "The officials said the government would meet the company on Monday and the officials agreed."
 
@@ -38,7 +38,9 @@ def shifter(seed: int = 7, **kwargs) -> VocabularyShifter:
 
 SENTENCE = make_record(
     "Officials in Macao said on Friday that Boeing would meet John Smith in Macao to discuss tariffs last week.",
-    "a1", "Friday", "last week",
+    "a1",
+    "Friday",
+    "last week",
 )
 
 
@@ -129,8 +131,22 @@ def test_cli_writes_verified_records_and_stats(tmp_path):
     write_records(base, [SENTENCE, make_record("The officials said the company would meet on Monday.", "a2", "Monday")])
     write_records(train, [Record("t", "t", TRAIN_TEXT, [], "t")])
     out, stats = tmp_path / "voc.jsonl", tmp_path / "stats.json"
-    voc.main(["--input", str(base), "--train", str(train), "--output", str(out), "--seed", "5", "--stats", str(stats),
-              "--rare-max-count", "0"])
+    voc.main(
+        [
+            "--input",
+            str(base),
+            "--train",
+            str(train),
+            "--output",
+            str(out),
+            "--seed",
+            "5",
+            "--stats",
+            str(stats),
+            "--rare-max-count",
+            "0",
+        ]
+    )
     derived = read_records(out)
     assert [r.id for r in derived] == ["a1", "a2"]
     summary = json.loads(stats.read_text())
@@ -147,8 +163,20 @@ def test_cli_limit_picks_the_seeded_subset_by_id(tmp_path):
     write_records(tmp_path / "base.jsonl", base_records)
     write_records(tmp_path / "train.jsonl", [Record("t", "t", TRAIN_TEXT, [], "t")])
     out = tmp_path / "voc.jsonl"
-    voc.main(["--input", str(tmp_path / "base.jsonl"), "--train", str(tmp_path / "train.jsonl"),
-              "--output", str(out), "--seed", "9", "--limit", "2"])
+    voc.main(
+        [
+            "--input",
+            str(tmp_path / "base.jsonl"),
+            "--train",
+            str(tmp_path / "train.jsonl"),
+            "--output",
+            str(out),
+            "--seed",
+            "9",
+            "--limit",
+            "2",
+        ]
+    )
     assert [r.id for r in read_records(out)] == [r.id for r in subset_by_id(base_records, 2, 9)]
 
 

@@ -45,7 +45,11 @@ def tiny_byte_level_bpe(add_prefix_space: bool):
         ("</s>", backend.token_to_id("</s>")), ("<s>", backend.token_to_id("<s>")), add_prefix_space=True
     )
     return RobertaTokenizerFast(
-        tokenizer_object=backend, bos_token="<s>", eos_token="</s>", pad_token="<pad>", add_prefix_space=add_prefix_space
+        tokenizer_object=backend,
+        bos_token="<s>",
+        eos_token="</s>",
+        pad_token="<pad>",
+        add_prefix_space=add_prefix_space,
     )
 
 
@@ -107,7 +111,9 @@ def test_padding_and_truncation(wordpiece):
     from transformers import DataCollatorForTokenClassification
 
     long_words = ["word"] * 30
-    encoded = encode_tagged(wordpiece, [["Friday", "."], long_words], [["B-T", "O"], ["O"] * 30], LABEL2ID, max_length=12)
+    encoded = encode_tagged(
+        wordpiece, [["Friday", "."], long_words], [["B-T", "O"], ["O"] * 30], LABEL2ID, max_length=12
+    )
     assert len(encoded[1].features["input_ids"]) == 12
     assert len(encoded[1].first_pieces) == 10 and len(encoded[1].tags) == 10  # words cut by truncation dropped
     batch = DataCollatorForTokenClassification(wordpiece)([e.features for e in encoded])

@@ -76,7 +76,7 @@ def test_decoding_is_lenient_and_checks_tags():
 
 
 def test_overlapping_spans_keep_the_first(caplog):
-    text = "last week end"
+    # text: "last week end"
     spans = [Span(5, 13, "week end", "TIMEX"), Span(0, 9, "last week", "TIMEX")]
     assert non_overlapping(spans) == [spans[1]]
     assert "overlaps" in caplog.text
@@ -86,7 +86,9 @@ def prepared_files() -> list[Path]:
     return sorted(p for task in ("timex", "eventx") for p in (PREPARED / task).glob("*.jsonl"))
 
 
-@pytest.mark.parametrize("path", prepared_files() or [None], ids=lambda p: "none" if p is None else f"{p.parent.name}/{p.name}")
+@pytest.mark.parametrize(
+    "path", prepared_files() or [None], ids=lambda p: "none" if p is None else f"{p.parent.name}/{p.name}"
+)
 def test_round_trip_on_prepared_data(path):
     if path is None:
         pytest.skip("no prepared timex/eventx datasets yet (run the prepare stage)")
@@ -123,5 +125,7 @@ def test_round_trip_on_freshly_prepared_data():
         if task == "comp":
             continue
         label = span_label_for_task(task)
-        failures += [f"{task}/{name}/{r.id}" for r in records if round_trip(r, label) != non_overlapping(expected(r, label))]
+        failures += [
+            f"{task}/{name}/{r.id}" for r in records if round_trip(r, label) != non_overlapping(expected(r, label))
+        ]
     assert not failures, f"{len(failures)} records do not round-trip, e.g. {failures[:5]}"

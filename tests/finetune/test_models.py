@@ -23,8 +23,13 @@ def offline(monkeypatch):
 
 def test_one_model_per_family_hub_and_offline():
     families = {(spec.family, spec.source) for spec in MODEL_SPECS.values()}
-    assert {("encoder", "hub"), ("encoder", "package"), ("decoder", "hub"), ("decoder", "package"),
-            ("encoder-decoder", "hub")} <= families
+    assert {
+        ("encoder", "hub"),
+        ("encoder", "package"),
+        ("decoder", "hub"),
+        ("decoder", "package"),
+        ("encoder-decoder", "hub"),
+    } <= families
     assert get_spec("roberta-base").add_prefix_space and get_spec("gpt2").pad_with_eos
     assert get_spec("flan-t5-small").location == "google/flan-t5-small"
     with pytest.raises(ValueError, match="choose one of"):
@@ -74,7 +79,9 @@ def test_t5_gets_an_encoder_token_classification_head():
     model = AutoModelForTokenClassification.from_config(config)
     assert isinstance(model, T5ForTokenClassification)
     ids = torch.tensor([[5, 6, 7, 1], [5, 6, 1, 0]])
-    output = model(input_ids=ids, attention_mask=(ids != 0).long(), labels=torch.tensor([[0, 1, 2, -100], [0, 1, -100, -100]]))
+    output = model(
+        input_ids=ids, attention_mask=(ids != 0).long(), labels=torch.tensor([[0, 1, 2, -100], [0, 1, -100, -100]])
+    )
     assert output.logits.shape == (2, 4, 3) and torch.isfinite(output.loss)
 
 
@@ -97,8 +104,18 @@ def test_smollm2_gguf_trains_as_a_token_classifier(tmp_path):
     assert isinstance(model, LlamaForTokenClassification)
     assert model.config.pad_token_id == tokenizer.pad_token_id == tokenizer.eos_token_id
     records = make_records(24, seed=3)
-    config = load_config(overrides={"learning_rate": 1e-4, "train_batch_size": 8, "max_steps": 2, "logging_steps": 1,
-                                    "max_length": 64, "num_threads": 1, "report_to": "none", "include_negatives": False})
+    config = load_config(
+        overrides={
+            "learning_rate": 1e-4,
+            "train_batch_size": 8,
+            "max_steps": 2,
+            "logging_steps": 1,
+            "max_length": 64,
+            "num_threads": 1,
+            "report_to": "none",
+            "include_negatives": False,
+        }
+    )
     try:
         summary = train_classifier(model, tokenizer, records[:16], records[16:], "TIMEX", config, tmp_path / "smollm2")
     finally:

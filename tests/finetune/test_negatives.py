@@ -99,8 +99,9 @@ def test_training_and_validation_data_hold_the_negatives(params, monkeypatch, tm
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(train, "train_classifier", fake_train)
     monkeypatch.setattr("src.finetune.models.load_model", lambda spec, labels, tokenizer: None)
-    config = train.load_config(PARAMS, {"include_negatives": True, "report_to": "none",
-                                        "data_dir": params["paths"]["prepared"]})
+    config = train.load_config(
+        PARAMS, {"include_negatives": True, "report_to": "none", "data_dir": params["paths"]["prepared"]}
+    )
     train.run("minilm", "timex", tmp_path / "out", config, params=params)
     for split in ("train", "val"):
         ids = {r.id for r in seen[split]}
@@ -110,8 +111,9 @@ def test_training_and_validation_data_hold_the_negatives(params, monkeypatch, tm
     train.run("minilm", "timex", tmp_path / "out", config, limit=10, params=params)
     positives = [r for r in seen["train"] if r.spans]
     assert len(positives) == 10 and {r.doc_id for r in seen["train"]} == {r.doc_id for r in positives}
-    off = train.load_config(PARAMS, {"include_negatives": False, "report_to": "none",
-                                     "data_dir": params["paths"]["prepared"]})
+    off = train.load_config(
+        PARAMS, {"include_negatives": False, "report_to": "none", "data_dir": params["paths"]["prepared"]}
+    )
     train.run("minilm", "timex", tmp_path / "out", off, params=params)
     assert all(r.spans for r in seen["train"]) and seen["extra"]["n_train_negatives"] == 0
 
@@ -142,11 +144,23 @@ def test_a_tagger_trained_with_negatives_stays_silent_on_target_free_sentences(p
     target_free = [r for r in train_negatives if r.doc_id not in seen_docs][:300]
     val_negatives = negative_sentences("timex", "val", params)[:8]
     val = prepared(params, "timex", "val")[:8] + val_negatives  # small: evaluation stays cheap
-    config = load_config(PARAMS, {
-        "include_negatives": False, "report_to": "none", "data_dir": params["paths"]["prepared"],
-        "learning_rate": 2e-4, "max_steps": 60, "train_batch_size": 16, "early_stopping_patience": 100,
-        "logging_steps": 10, "num_threads": 1, "max_length": 128, "seed": 13,
-    }, model="minilm")
+    config = load_config(
+        PARAMS,
+        {
+            "include_negatives": False,
+            "report_to": "none",
+            "data_dir": params["paths"]["prepared"],
+            "learning_rate": 2e-4,
+            "max_steps": 60,
+            "train_batch_size": 16,
+            "early_stopping_patience": 100,
+            "logging_steps": 10,
+            "num_threads": 1,
+            "max_length": 128,
+            "seed": 13,
+        },
+        model="minilm",
+    )
     rates, peaks = {}, {}
     try:
         for include in (False, True):
@@ -166,8 +180,10 @@ def test_a_tagger_trained_with_negatives_stays_silent_on_target_free_sentences(p
             peaks[include] = float(np.mean([1.0 - p[:, outside].min() for p in probs if len(p)]))
     finally:
         torch.set_num_threads(threads)
-    print(f"{len(target_free)} target-free sentences: share with a predicted span {rates[False]:.3f} (positives "
-          f"only) vs {rates[True]:.3f} (with negatives); mean peak non-O probability {peaks[False]:.3f} vs "
-          f"{peaks[True]:.3f}")
+    print(
+        f"{len(target_free)} target-free sentences: share with a predicted span {rates[False]:.3f} (positives "
+        f"only) vs {rates[True]:.3f} (with negatives); mean peak non-O probability {peaks[False]:.3f} vs "
+        f"{peaks[True]:.3f}"
+    )
     assert rates[True] < rates[False]
     assert peaks[True] <= 0.8 * peaks[False]

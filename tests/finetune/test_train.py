@@ -57,7 +57,10 @@ def write_params(path: Path, text: str) -> Path:
     """A params file holding the project's finetune block, the keys of LOCAL and then ``text``."""
     block = {**project_block(), **LOCAL}
     extra = yaml.safe_load(text) or {}
-    merged = {**{k: v for k, v in extra.items() if k != "finetune"}, "finetune": {**block, **(extra.get("finetune") or {})}}
+    merged = {
+        **{k: v for k, v in extra.items() if k != "finetune"},
+        "finetune": {**block, **(extra.get("finetune") or {})},
+    }
     path.write_text(yaml.safe_dump(merged), encoding="utf-8")
     return path
 
@@ -78,14 +81,17 @@ def test_params_yaml_holds_the_study_values_and_every_key():
 
 
 def test_params_block_and_overrides(tmp_path):
-    params = write_params(tmp_path / "params.yaml", "seed: 1\npaths: {prepared: p}\nfinetune:\n  learning_rate: 3e-5\n  seed: 7\n")
+    params = write_params(
+        tmp_path / "params.yaml", "seed: 1\npaths: {prepared: p}\nfinetune:\n  learning_rate: 3e-5\n  seed: 7\n"
+    )
     loaded = load_config(params, parse_overrides(["eval_steps=100", "num_train_epochs=2"]))
     assert loaded.learning_rate == pytest.approx(3e-5)  # YAML reads "3e-5" as a string; still a float here
     assert (loaded.seed, loaded.eval_steps, loaded.num_train_epochs, loaded.report_to) == (7, 100, 2.0, "none")
     assert load_config(params).seed == 7
     assert load_config(params, {"num_threads": None}).num_threads is None
-    shared = load_config(write_params(tmp_path / "shared.yaml", "seed: 13\npaths:\n  prepared: elsewhere\n"),
-                         {"eval_steps": 5})
+    shared = load_config(
+        write_params(tmp_path / "shared.yaml", "seed: 13\npaths:\n  prepared: elsewhere\n"), {"eval_steps": 5}
+    )
     assert (shared.seed, shared.data_dir, shared.eval_steps) == (13, "elsewhere", 5)
     (tmp_path / "empty.yaml").write_text("other: 1\n", encoding="utf-8")
     with pytest.raises(ValueError, match="empty.yaml: finetune: .*missing mandatory value"):
@@ -155,8 +161,14 @@ def test_negatives_need_the_prepared_files(tmp_path):
 
     write_records(tmp_path / "train.jsonl", make_records(8))
     with pytest.raises(ValueError, match="include_negatives=false"):
-        run("minilm", "timex", tmp_path / "out", train_config(include_negatives=True, data_dir=str(PREPARED)),
-            train_file=tmp_path / "train.jsonl", val_file=tmp_path / "train.jsonl")
+        run(
+            "minilm",
+            "timex",
+            tmp_path / "out",
+            train_config(include_negatives=True, data_dir=str(PREPARED)),
+            train_file=tmp_path / "train.jsonl",
+            val_file=tmp_path / "train.jsonl",
+        )
 
 
 def test_metrics_read_first_pieces_only():
@@ -184,14 +196,40 @@ def test_tiny_training_run_lowers_the_loss_and_writes_a_loadable_checkpoint(tmp_
     write_records(tmp_path / "val.jsonl", records[64:])
     out = tmp_path / "minilm-timex"
     started = time.perf_counter()
-    code = main([
-        "--model", "minilm", "--task", "timex", "--out", str(out),
-        "--train-file", str(tmp_path / "train.jsonl"), "--val-file", str(tmp_path / "val.jsonl"),
-        "--set", "learning_rate=3e-4", "--set", "train_batch_size=8", "--set", "eval_batch_size=16",
-        "--set", "num_train_epochs=3", "--set", "logging_steps=2", "--set", "max_length=64",
-        "--set", "early_stopping_patience=10", "--set", "num_threads=1",
-        "--set", "include_negatives=false", "--set", "report_to=none",
-    ])
+    code = main(
+        [
+            "--model",
+            "minilm",
+            "--task",
+            "timex",
+            "--out",
+            str(out),
+            "--train-file",
+            str(tmp_path / "train.jsonl"),
+            "--val-file",
+            str(tmp_path / "val.jsonl"),
+            "--set",
+            "learning_rate=3e-4",
+            "--set",
+            "train_batch_size=8",
+            "--set",
+            "eval_batch_size=16",
+            "--set",
+            "num_train_epochs=3",
+            "--set",
+            "logging_steps=2",
+            "--set",
+            "max_length=64",
+            "--set",
+            "early_stopping_patience=10",
+            "--set",
+            "num_threads=1",
+            "--set",
+            "include_negatives=false",
+            "--set",
+            "report_to=none",
+        ]
+    )
     elapsed = time.perf_counter() - started
     assert code == 0
     summary = json.loads((out / "training_summary.json").read_text(encoding="utf-8"))
@@ -221,14 +259,17 @@ def test_training_is_deterministic_given_the_seed(tmp_path, tiny_checkpoint):
     from src.finetune.train import train_classifier
 
     records = make_records(40, seed=2)
-    config = train_config(learning_rate=1e-3, train_batch_size=8, num_train_epochs=2, logging_steps=1, max_length=24,
-                          seed=5)
+    config = train_config(
+        learning_rate=1e-3, train_batch_size=8, num_train_epochs=2, logging_steps=1, max_length=24, seed=5
+    )
     results = []
     for run in range(2):
         set_seed(config.seed)
         model = AutoModelForTokenClassification.from_pretrained(tiny_checkpoint)
         tokenizer = AutoTokenizer.from_pretrained(tiny_checkpoint)
-        summary = train_classifier(model, tokenizer, records[:32], records[32:], "TIMEX", config, tmp_path / f"run{run}")
+        summary = train_classifier(
+            model, tokenizer, records[:32], records[32:], "TIMEX", config, tmp_path / f"run{run}"
+        )
         weights = AutoModelForTokenClassification.from_pretrained(tmp_path / f"run{run}").state_dict()
         results.append(([e["loss"] for e in summary["log_history"] if "loss" in e], weights))
     assert results[0][0] == results[1][0]
@@ -236,8 +277,9 @@ def test_training_is_deterministic_given_the_seed(tmp_path, tiny_checkpoint):
 
 
 @pytest.mark.slow
-def test_a_training_run_lands_in_mlflow_with_params_metrics_and_the_weights_hash(tmp_path, tiny_checkpoint,
-                                                                                monkeypatch):
+def test_a_training_run_lands_in_mlflow_with_params_metrics_and_the_weights_hash(
+    tmp_path, tiny_checkpoint, monkeypatch
+):
     import mlflow
     from transformers import AutoModelForTokenClassification, AutoTokenizer
 
@@ -249,15 +291,25 @@ def test_a_training_run_lands_in_mlflow_with_params_metrics_and_the_weights_hash
     records = make_records(40, seed=4)
     write_records(tmp_path / "train.jsonl", records[:32])
     write_records(tmp_path / "val.jsonl", records[32:])
-    config = train_config(learning_rate=1e-3, train_batch_size=8, num_train_epochs=3, logging_steps=1, max_length=24,
-                          report_to="mlflow")
+    config = train_config(
+        learning_rate=1e-3, train_batch_size=8, num_train_epochs=3, logging_steps=1, max_length=24, report_to="mlflow"
+    )
     model = AutoModelForTokenClassification.from_pretrained(tiny_checkpoint)
     tokenizer = AutoTokenizer.from_pretrained(tiny_checkpoint)
     out = tmp_path / "out"
-    summary = train_classifier(model, tokenizer, records[:32], records[32:], "TIMEX", config, out,
-                               run_name="tiny-timex-train", experiment="finetune-test",
-                               summary_extra={"model": "tiny", "task": "timex"},
-                               data_files=[tmp_path / "train.jsonl", tmp_path / "val.jsonl"])
+    summary = train_classifier(
+        model,
+        tokenizer,
+        records[:32],
+        records[32:],
+        "TIMEX",
+        config,
+        out,
+        run_name="tiny-timex-train",
+        experiment="finetune-test",
+        summary_extra={"model": "tiny", "task": "timex"},
+        data_files=[tmp_path / "train.jsonl", tmp_path / "val.jsonl"],
+    )
     assert mlflow.active_run() is None  # the run was closed
     link = json.loads((out / RUN_FILE).read_text(encoding="utf-8"))
     client = mlflow.MlflowClient(tracking_uri=uri)

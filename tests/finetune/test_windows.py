@@ -7,9 +7,9 @@ import random
 import pytest
 
 from src.data.schema import Span
+from src.data.text import word_offsets
 from src.finetune.bio import bio_to_spans
 from src.finetune.windows import Window, merge_window_spans, plan_windows, window_spans
-from src.data.text import word_offsets
 
 TIME_WORDS = {"Monday": "B-T", "last": "B-T", "week": "I-T", "1998": "B-T"}
 

@@ -29,13 +29,13 @@ def build_train_records() -> list[Record]:
         verbs = [_VERBS[(i + j) % len(_VERBS)] for j in range(n_events)]
         filler = " and the market stayed very quiet" * (i % 3)
         clauses = [f"Company {i} {verb} on {time}" for verb, time in zip(verbs, times)]
-        clauses += [f"shares {verb}" for verb in verbs[len(times):]]
-        clauses += [f"prices held {time}" for time in times[len(verbs):]]
+        clauses += [f"shares {verb}" for verb in verbs[len(times) :]]
+        clauses += [f"prices held {time}" for time in times[len(verbs) :]]
         text = ", ".join(clauses) + filler + "."
         targets = []
         for verb, time in zip(verbs, times):
             targets += [(verb, "EVENT"), (time, "TIMEX")]
-        targets += [(verb, "EVENT") for verb in verbs[len(times):]]
-        targets += [(time, "TIMEX") for time in times[len(verbs):]]
+        targets += [(verb, "EVENT") for verb in verbs[len(times) :]]
+        targets += [(time, "TIMEX") for time in times[len(verbs) :]]
         records.append(make_record(f"train-{i:02d}", f"doc-{i % 10}", text, targets))
     return records

@@ -72,7 +72,11 @@ def test_the_formats_shapes():
     assert study_a["items"]["properties"]["text"] == {"type": "string"}
     assert list(answer_schema("eventx", True, "study")["items"]["properties"]) == ["text", "events", "reasoning_steps"]
     assert list(answer_schema("comp", True, "study")["items"]["properties"]) == [
-        "text", "time_expressions", "events", "reasoning_steps"]
+        "text",
+        "time_expressions",
+        "events",
+        "reasoning_steps",
+    ]
     with pytest.raises(ValueError, match="answer format"):
         answer_schema("timex", False, "verbose")
     with pytest.raises(ValueError, match="unknown task"):
@@ -158,7 +162,9 @@ def _expected_predictions(value, task, abductive, fmt):
     if len(shape.span_keys) == 1:
         (key,) = shape.span_keys
         return list(dict.fromkeys(s.strip() for obj in objects for s in obj[key] if s.strip()))
-    items = [(s.strip(), label) for obj in objects for key, label in shape.span_keys.items() for s in obj[key] if s.strip()]
+    items = [
+        (s.strip(), label) for obj in objects for key, label in shape.span_keys.items() for s in obj[key] if s.strip()
+    ]
     return [{"text": text, "label": label} for text, label in dict.fromkeys(items)]
 
 
@@ -193,7 +199,11 @@ def test_repaired_or_embedded_answers_are_not_well_formed(task, abductive, fmt):
     record = make_record("r", "d", record_text, [("rose", "EVENT"), ("last week", "TIMEX")])
     good = gold_answer(record, task, abductive, fmt)
     assert parse_answer(good, task, abductive, answer_format=fmt).well_formed
-    for raw in ("Answer: " + good, good.replace('"', "'"), good[:-1] + ",]" if good.endswith("]") else good[:-1] + ",}"):
+    for raw in (
+        "Answer: " + good,
+        good.replace('"', "'"),
+        good[:-1] + ",]" if good.endswith("]") else good[:-1] + ",}",
+    ):
         parsed = parse_answer(raw, task, abductive, answer_format=fmt)
         assert parsed.ok and not parsed.well_formed, raw
 
@@ -221,8 +231,12 @@ def test_gold_answers_of_train_records_validate_and_parse_back(task, abductive, 
         assert parsed.ok and parsed.well_formed, (record.id, parsed)
         spans = target_spans(record, task)
         if task == "comp":
-            expected = list(dict.fromkeys((s.text, s.label) for label in ("TIMEX", "EVENT") for s in spans if s.label == label))
-            assert [(p["text"], p["label"]) for p in parsed.predictions] == [(t.strip(), l) for t, l in expected if t.strip()]
+            expected = list(
+                dict.fromkeys((s.text, s.label) for label in ("TIMEX", "EVENT") for s in spans if s.label == label)
+            )
+            assert [(p["text"], p["label"]) for p in parsed.predictions] == [
+                (t.strip(), label) for t, label in expected if t.strip()
+            ]
         else:
             assert parsed.predictions == list(dict.fromkeys(s.text.strip() for s in spans if s.text.strip()))
         assert (parsed.reasoning_steps is not None) is abductive
@@ -236,7 +250,10 @@ def test_spans_restricted_to_the_inputs_word_ngrams():
     assert spans == ["Sales", "Sales rose", "rose", "sharply", "last", "last week", "week", "week.", "."]
     schema = restrict_to_input(answer_schema("timex", True, "compact"), text)
     props = schema["properties"]
-    assert props["spans"]["items"]["enum"][:2] == ["Sales", "Sales rose"] and "last week" in props["spans"]["items"]["enum"]
+    assert (
+        props["spans"]["items"]["enum"][:2] == ["Sales", "Sales rose"]
+        and "last week" in props["spans"]["items"]["enum"]
+    )
     assert all('"' not in s for s in props["spans"]["items"]["enum"]), "quotes break llama.cpp grammar literals"
     assert "enum" not in props["reasoning_steps"]["items"], "reasoning stays free text"
     assert restrict_to_input(answer_schema("timex", False), "word " * 200) == answer_schema("timex", False)

@@ -6,8 +6,8 @@ import statistics
 
 import pytest
 
-from src.prompts import exemplar_order, select_exemplars, target_spans
 from src.data.text import words
+from src.prompts import exemplar_order, select_exemplars, target_spans
 
 from . import build_train_records, make_record
 

@@ -32,9 +32,9 @@ SPAN_CASES = [
     ('{"answer": "[\\"Monday\\"]"}', ["Monday"]),
     ('{"whatever": ["Monday"]}', ["Monday"]),
     ("{spans: ['Monday', 'Tuesday']}", ["Monday", "Tuesday"]),
-    ("[\"the company's fiscal year\"]", ["the company's fiscal year"]),
+    ('["the company\'s fiscal year"]', ["the company's fiscal year"]),
     ("['the company\\'s year']", ["the company's year"]),
-    ('\u201c[\u201cMonday\u201d]', ["Monday"]),
+    ("\u201c[\u201cMonday\u201d]", ["Monday"]),
     ("[\u201cMonday\u201d, \u201cnext week\u201d]", ["Monday", "next week"]),
     ('<think>maybe ["wrong"]</think>["right"]', ["right"]),
     ('Candidates: ["a", "b", "c"]. Final answer: ["a", "b"]', ["a", "b"]),
@@ -60,16 +60,19 @@ def test_span_answers(raw, expected):
 ABDUCTIVE_CASES = [
     (
         '{"reasoning_steps": ["found a date", "kept it"], "spans": ["May 5"]}',
-        ["May 5"], ["found a date", "kept it"],
+        ["May 5"],
+        ["found a date", "kept it"],
     ),
     (
         "```json\n{'reasoning_steps': ['step one',], 'spans': ['May 5', 'May 5']}\n```",
-        ["May 5"], ["step one"],
+        ["May 5"],
+        ["step one"],
     ),
     (
         'Let me think. Candidates ["a", "b"].\n{"reasoning_steps": ["b is wrong"], "spans": ["a"]}\n'
         'Note that ["b"] was dropped.',
-        ["a"], ["b is wrong"],
+        ["a"],
+        ["b is wrong"],
     ),
     ('{"reasoning": "one long thought", "events": ["said"]}', ["said"], ["one long thought"]),
     ('["said"]', ["said"], None),  # a plain array still answers an abductive prompt
@@ -137,7 +140,7 @@ def test_comp_rejects_unlabelled_list():
         ("[last week, Friday]", "no JSON"),
         ('{"confidence": 0.3, "note": "n/a"}', "no timex answer"),
         ("[1, 2, 3]", "no timex answer"),
-        ("<think>unfinished thinking [\"a\"", "empty"),
+        ('<think>unfinished thinking ["a"', "empty"),
     ],
 )
 def test_failures_are_reported_not_raised(raw, reason):
@@ -275,15 +278,25 @@ def test_study_comp_answers():
     )
     parsed = parse_answer(raw, "comp", True, answer_format="study")
     assert [(p["text"], p["label"]) for p in parsed.predictions] == [
-        ("noon", "TIMEX"), ("left", "EVENT"), ("noon", "EVENT"), ("today", "TIMEX")]
+        ("noon", "TIMEX"),
+        ("left", "EVENT"),
+        ("noon", "EVENT"),
+        ("today", "TIMEX"),
+    ]
     assert parsed.reasoning_steps == ["r"] and parsed.well_formed
     plain = parse_answer('{"time_expressions": ["noon"], "events": ["left"]}', "comp", False, answer_format="study")
     assert plain.well_formed and [(p["text"], p["label"]) for p in plain.predictions] == [
-        ("noon", "TIMEX"), ("left", "EVENT")]
+        ("noon", "TIMEX"),
+        ("left", "EVENT"),
+    ]
     assert not parse_answer('{"time_expressions": ["noon"], "events": ["left"]}', "comp", False).well_formed
     # one object without the outer list: read, not well-formed
-    single = parse_answer('{"text": "t", "time_expressions": ["noon"], "events": [], "reasoning_steps": []}',
-                          "comp", True, answer_format="study")
+    single = parse_answer(
+        '{"text": "t", "time_expressions": ["noon"], "events": [], "reasoning_steps": []}',
+        "comp",
+        True,
+        answer_format="study",
+    )
     assert single.ok and not single.well_formed and single.predictions == [{"text": "noon", "label": "TIMEX"}]
 
 
@@ -309,14 +322,21 @@ def test_completion_comp_reads_the_labelled_lines():
     raw = ' ["Tuesday"]\nEvents: ["resumed", "strike", "began"]\n\nText: next\nTime expressions: ["x"]'
     parsed = parse_answer(raw, "comp", False, prompt_form="completion")
     assert [(p["text"], p["label"]) for p in parsed.predictions] == [
-        ("Tuesday", "TIMEX"), ("resumed", "EVENT"), ("strike", "EVENT"), ("began", "EVENT")]
+        ("Tuesday", "TIMEX"),
+        ("resumed", "EVENT"),
+        ("strike", "EVENT"),
+        ("began", "EVENT"),
+    ]
     assert parsed.ok and parsed.well_formed
     cut = parse_answer(' ["Tuesday"]\nEvents: ["resumed", "stri', "comp", False, prompt_form="completion")
     assert cut.ok and not cut.well_formed
     assert [(p["text"], p["label"]) for p in cut.predictions] == [("Tuesday", "TIMEX"), ("resumed", "EVENT")]
     only_first = parse_answer(' ["Tuesday"]', "comp", False, prompt_form="completion")
-    assert only_first.ok and not only_first.well_formed and only_first.predictions == [
-        {"text": "Tuesday", "label": "TIMEX"}]
+    assert (
+        only_first.ok
+        and not only_first.well_formed
+        and only_first.predictions == [{"text": "Tuesday", "label": "TIMEX"}]
+    )
     as_json = parse_answer(' {"timex": ["noon"], "eventx": ["left"]}', "comp", False, prompt_form="completion")
     assert [(p["text"], p["label"]) for p in as_json.predictions] == [("noon", "TIMEX"), ("left", "EVENT")]
     garbled = parse_answer(" none\nEvents: nothing", "comp", False, prompt_form="completion")

@@ -14,8 +14,16 @@ SENTENCE = (
     "Officials said on Tuesday that the company had agreed last week to sell its European "
     "unit for about $2 billion, two years after it first announced plans to expand there."
 )
-TARGETS = [("said", "EVENT"), ("Tuesday", "TIMEX"), ("agreed", "EVENT"), ("last week", "TIMEX"),
-           ("sell", "EVENT"), ("two years", "TIMEX"), ("announced", "EVENT"), ("expand", "EVENT")]
+TARGETS = [
+    ("said", "EVENT"),
+    ("Tuesday", "TIMEX"),
+    ("agreed", "EVENT"),
+    ("last week", "TIMEX"),
+    ("sell", "EVENT"),
+    ("two years", "TIMEX"),
+    ("announced", "EVENT"),
+    ("expand", "EVENT"),
+]
 
 
 def _exemplar_pool() -> list[Record]:

@@ -75,7 +75,7 @@ def test_study_prompts_keep_the_structure(name, task, train_records):
         example = templates.study_example_answer(task)
         assert is_valid(example, answer_schema(task, True, "study"))
         assert json.dumps(example, ensure_ascii=False) in user
-        assert user.count('An example of the format:') == 1
+        assert user.count("An example of the format:") == 1
     # the exemplars' answers follow the study format and parse back, well-formed
     answers = re.findall(r"^Example \d+\nText: .*\nOutput: (.*)$", user, flags=re.MULTILINE)
     assert len(answers) == len(exemplars)
@@ -120,7 +120,7 @@ def test_completion_form(name, task, fmt, train_records):
     for record in exemplars:
         pair = "Text: " + record.text + "\n" + strategies.completion_answer(record, task, strategy.abductive, fmt)
         assert pair in text
-        continuation = pair[len("Text: " + record.text + "\n" + cue):]
+        continuation = pair[len("Text: " + record.text + "\n" + cue) :]
         parsed = parsing.parse_answer(continuation + "\n\nText: more", task, strategy.abductive, fmt, "completion")
         assert parsed.ok and parsed.well_formed, continuation
         spans = target_spans(record, task)

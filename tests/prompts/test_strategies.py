@@ -18,8 +18,8 @@ from src.prompts import (
     select_exemplars,
     strategy_from_config,
     target_spans,
+    templates,
 )
-from src.prompts import templates
 
 from . import build_train_records, make_record
 
@@ -27,6 +27,7 @@ from . import build_train_records, make_record
 @pytest.fixture
 def train_records():
     return build_train_records()
+
 
 INPUT = "The talks resumed on Tuesday, two weeks after the strike began."
 ALL_CASES = [(name, task) for name in STRATEGY_NAMES for task in TASKS]
@@ -86,7 +87,11 @@ def test_asks_for_the_answer_format_and_exemplars_follow_it(name, task, train_re
         assert '"timex"' in user and '"eventx"' in user
     else:
         assert ("JSON array" in user) is not abductive
-    answers = [json.loads(line[len("Output: "):]) for line in user.splitlines() if line.startswith("Output: {") or line.startswith("Output: [")]
+    answers = [
+        json.loads(line[len("Output: ") :])
+        for line in user.splitlines()
+        if line.startswith("Output: {") or line.startswith("Output: [")
+    ]
     assert len(answers) == len(exemplars)
     for record, answer in zip(exemplars, answers):
         timex = [s.text for s in target_spans(record, "timex")]
@@ -126,8 +131,12 @@ def test_definitions_differ_by_reasoning_type(train_records):
 
 
 def test_abductive_exemplar_steps_name_the_gold_candidates():
-    record = make_record("r", "d", "Sales rose last week and fell on Friday.",
-                         [("rose", "EVENT"), ("last week", "TIMEX"), ("fell", "EVENT"), ("Friday", "TIMEX")])
+    record = make_record(
+        "r",
+        "d",
+        "Sales rose last week and fell on Friday.",
+        [("rose", "EVENT"), ("last week", "TIMEX"), ("fell", "EVENT"), ("Friday", "TIMEX")],
+    )
     answer = json.loads(gold_answer(record, "timex", abductive=True))
     assert answer["spans"] == ["last week", "Friday"]
     assert answer["reasoning_steps"][0] == 'Candidates: "last week", "Friday".'
@@ -173,7 +182,11 @@ def test_strategy_names_and_components():
 
 def test_strategy_from_config_checks_the_flags():
     cfg = {
-        "name": "A+I", "display_name": "A+I", "k": 8, "inductive_plus": True, "max_tokens": 1024,
+        "name": "A+I",
+        "display_name": "A+I",
+        "k": 8,
+        "inductive_plus": True,
+        "max_tokens": 1024,
         "components": {"inductive": True, "deductive": False, "abductive": True},
     }
     strategy = strategy_from_config(cfg)

@@ -64,8 +64,14 @@ class FaultServer:
             real providers do.
     """
 
-    def __init__(self, fault_rate: float = 0.0, kinds: tuple[str, ...] = FAULT_KINDS, seed: int = 0,
-                 hang_s: float = 3.0, reject_auth: bool = False) -> None:
+    def __init__(
+        self,
+        fault_rate: float = 0.0,
+        kinds: tuple[str, ...] = FAULT_KINDS,
+        seed: int = 0,
+        hang_s: float = 3.0,
+        reject_auth: bool = False,
+    ) -> None:
         unknown = set(kinds) - set(FAULT_KINDS)
         if unknown:
             raise ValueError(f"unknown fault kinds {sorted(unknown)}")
@@ -96,7 +102,7 @@ class FaultServer:
         with self._lock:
             self._doomed[marker] = kind
 
-    def start(self) -> "FaultServer":
+    def start(self) -> FaultServer:
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         self._thread.start()
         return self
@@ -106,7 +112,7 @@ class FaultServer:
         self._server.shutdown()
         self._server.server_close()
 
-    def __enter__(self) -> "FaultServer":
+    def __enter__(self) -> FaultServer:
         return self.start()
 
     def __exit__(self, *exc_info) -> None:
@@ -212,8 +218,14 @@ def _handler_for(server: FaultServer) -> type[BaseHTTPRequestHandler]:
             elif kind == "error_object":
                 self._send(200, '{"error": {"message": "upstream provider error", "code": 502}}')
 
-        def _send(self, status: int, payload: str, headers: dict | None = None,
-                  content_type: str = "application/json", cut_at: int | None = None) -> None:
+        def _send(
+            self,
+            status: int,
+            payload: str,
+            headers: dict | None = None,
+            content_type: str = "application/json",
+            cut_at: int | None = None,
+        ) -> None:
             data = payload.encode("utf-8")
             self.send_response(status)
             self.send_header("Content-Type", content_type)

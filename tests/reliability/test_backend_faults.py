@@ -22,16 +22,27 @@ def make_backend(monkeypatch):
     monkeypatch.setenv(KEY_ENV, KEY)
 
     def make(base_url: str, **options) -> OpenAIBackend:
-        defaults = dict(model_id="fault/model", base_url=base_url, api_key_env=KEY_ENV, max_concurrency=16,
-                        timeout_s=1.5, max_retries=8, backoff_base_s=0.01, backoff_max_s=0.05, seed=3)
+        defaults = dict(
+            model_id="fault/model",
+            base_url=base_url,
+            api_key_env=KEY_ENV,
+            max_concurrency=16,
+            timeout_s=1.5,
+            max_retries=8,
+            backoff_base_s=0.01,
+            backoff_max_s=0.05,
+            seed=3,
+        )
         return OpenAIBackend(**{**defaults, **options})
 
     return make
 
 
 def requests_for(prompts: list[str]) -> list[ChatRequest]:
-    return [ChatRequest((("system", "Extract."), ("user", p)), max_tokens=32, request_id=str(i))
-            for i, p in enumerate(prompts)]
+    return [
+        ChatRequest((("system", "Extract."), ("user", p)), max_tokens=32, request_id=str(i))
+        for i, p in enumerate(prompts)
+    ]
 
 
 def test_thirty_percent_faults_of_every_kind_lose_and_change_nothing(tmp_path, make_backend):
@@ -57,16 +68,19 @@ def test_thirty_percent_faults_of_every_kind_lose_and_change_nothing(tmp_path, m
     assert all(entry["text"] not in ("", "[]") for entry in stored)
 
 
-@pytest.mark.parametrize("kind, cause", [
-    ("null_content", "null content"),
-    ("missing_message", "choice without message"),
-    ("html", "not valid JSON (text/html"),
-    ("truncated_json", "not valid JSON"),
-    ("error_object", "upstream provider error"),
-    ("empty_choices", "response without choices"),
-    ("500", "HTTP 500"),
-    ("reset", "APIConnectionError"),
-])
+@pytest.mark.parametrize(
+    "kind, cause",
+    [
+        ("null_content", "null content"),
+        ("missing_message", "choice without message"),
+        ("html", "not valid JSON (text/html"),
+        ("truncated_json", "not valid JSON"),
+        ("error_object", "upstream provider error"),
+        ("empty_choices", "response without choices"),
+        ("500", "HTTP 500"),
+        ("reset", "APIConnectionError"),
+    ],
+)
 def test_an_instance_that_keeps_failing_ends_failed_naming_the_cause(tmp_path, make_backend, kind, cause):
     cache = ResponseCache(tmp_path)
     with FaultServer() as server:

@@ -24,11 +24,23 @@ from src import compare, score
 REPO = Path(__file__).resolve().parents[2]
 
 GOLD = [
-    {"id": "s1", "doc_id": "d1", "text": "We met last week on Friday.", "source": "t",
-     "spans": [{"start": 7, "end": 16, "text": "last week", "label": "TIMEX"},
-               {"start": 20, "end": 26, "text": "Friday", "label": "TIMEX"}]},
-    {"id": "s2", "doc_id": "d1", "text": "It rained for three days in May.", "source": "t",
-     "spans": [{"start": 14, "end": 24, "text": "three days", "label": "TIMEX"}]},
+    {
+        "id": "s1",
+        "doc_id": "d1",
+        "text": "We met last week on Friday.",
+        "source": "t",
+        "spans": [
+            {"start": 7, "end": 16, "text": "last week", "label": "TIMEX"},
+            {"start": 20, "end": 26, "text": "Friday", "label": "TIMEX"},
+        ],
+    },
+    {
+        "id": "s2",
+        "doc_id": "d1",
+        "text": "It rained for three days in May.",
+        "source": "t",
+        "spans": [{"start": 14, "end": 24, "text": "three days", "label": "TIMEX"}],
+    },
 ]
 PRED = [{"id": "s1", "predictions": ["last week"]}, {"id": "s2", "predictions": ["days"]}]
 
@@ -76,20 +88,44 @@ DEEP = b"[" * 50_000 + b"]" * 50_000
 BIG_INT = b"9" * 5000
 CASES = [
     # -- bytes and JSON, gold side
-    Case("gold latin-1 byte", "gold", line(GOLD[0]) + '{"id": "s\xe9"}\n'.encode("latin-1"), "not UTF-8 text (byte 0xe9", 2),
+    Case(
+        "gold latin-1 byte",
+        "gold",
+        line(GOLD[0]) + '{"id": "s\xe9"}\n'.encode("latin-1"),
+        "not UTF-8 text (byte 0xe9",
+        2,
+    ),
     Case("gold UTF-16 with BOM", "gold", line(GOLD[0]).decode().encode("utf-16"), "not UTF-8 text (byte 0xff", 1),
     Case("gold random bytes", "gold", bytes(range(128, 256)) + b"\n", "not UTF-8 text (byte 0x80", 1),
     Case("gold UTF-8 BOM", "gold", b"\xef\xbb\xbf" + line(GOLD[0]), "invalid JSON (Unexpected UTF-8 BOM", 1),
     Case("gold deep nesting", "gold", line(GOLD[0]) + DEEP + b"\n", "invalid JSON (nested too deeply)", 2),
-    Case("gold 5000-digit start", "gold", gold_raw(b'"start": 1', b'"start": ' + BIG_INT),
-         "integer with 5000 digits is out of range", 2),
+    Case(
+        "gold 5000-digit start",
+        "gold",
+        gold_raw(b'"start": 1', b'"start": ' + BIG_INT),
+        "integer with 5000 digits is out of range",
+        2,
+    ),
     Case("gold start Infinity", "gold", gold_raw(b'"start": 1', b'"start": Infinity'), "Infinity is not valid JSON", 2),
-    Case("gold start -Infinity", "gold", gold_raw(b'"start": 1', b'"start": -Infinity'), "-Infinity is not valid JSON", 2),
+    Case(
+        "gold start -Infinity", "gold", gold_raw(b'"start": 1', b'"start": -Infinity'), "-Infinity is not valid JSON", 2
+    ),
     Case("gold start NaN", "gold", gold_raw(b'"start": 1', b'"start": NaN'), "NaN is not valid JSON", 2),
     Case("gold start 1e400", "gold", gold_raw(b'"start": 1', b'"start": 1e400'), "number '1e400' is out of range", 2),
-    Case("gold duplicated key", "gold", line(GOLD[0]) + line(GOLD[1])[:-2] + b', "spans": []}\n', "duplicated key 'spans'", 2),
-    Case("gold duplicated key in a span", "gold", gold_raw(b'"label": "TIMEX"', b'"label": "TIMEX", "start": 0'),
-         "duplicated key 'start'", 2),
+    Case(
+        "gold duplicated key",
+        "gold",
+        line(GOLD[0]) + line(GOLD[1])[:-2] + b', "spans": []}\n',
+        "duplicated key 'spans'",
+        2,
+    ),
+    Case(
+        "gold duplicated key in a span",
+        "gold",
+        gold_raw(b'"label": "TIMEX"', b'"label": "TIMEX", "start": 0'),
+        "duplicated key 'start'",
+        2,
+    ),
     Case("gold invalid JSON", "gold", line(GOLD[0]) + b"{oops\n", "invalid JSON", 2),
     Case("gold truncated line", "gold", line(GOLD[0]) + line(GOLD[1])[:30] + b"\n", "invalid JSON", 2),
     Case("gold two objects on a line", "gold", line(GOLD[0])[:-1] + line(GOLD[1]), "invalid JSON (Extra data", 1),
@@ -98,20 +134,55 @@ CASES = [
     Case("gold JSON null", "gold", line(GOLD[0]) + b"null\n", "expected a JSON object, got NoneType", 2),
     Case("gold empty file", "gold", b"", "no records"),
     Case("gold only blank lines", "gold", b"\n  \n\n", "no records"),
-    Case("gold blank line between records", "gold", line(GOLD[0]) + b"\n" + line(GOLD[1]), "blank line inside the file", 2),
+    Case(
+        "gold blank line between records",
+        "gold",
+        line(GOLD[0]) + b"\n" + line(GOLD[1]),
+        "blank line inside the file",
+        2,
+    ),
     # -- record fields, gold side
-    Case("gold missing id", "gold", line(GOLD[0]) + line({k: v for k, v in GOLD[1].items() if k != "id"}), "missing key(s) id", 2),
-    Case("gold missing spans", "gold", line(GOLD[0]) + line({k: v for k, v in GOLD[1].items() if k != "spans"}), "missing key(s) spans", 2),
+    Case(
+        "gold missing id",
+        "gold",
+        line(GOLD[0]) + line({k: v for k, v in GOLD[1].items() if k != "id"}),
+        "missing key(s) id",
+        2,
+    ),
+    Case(
+        "gold missing spans",
+        "gold",
+        line(GOLD[0]) + line({k: v for k, v in GOLD[1].items() if k != "spans"}),
+        "missing key(s) spans",
+        2,
+    ),
     Case("gold id not a string", "gold", gold_with(id=2), "'id' must be a string, got 2", 2),
     Case("gold text not a string", "gold", gold_with(text=None), "'text' must be a string", 2),
     Case("gold spans not a list", "gold", gold_with(spans={"start": 0}), "'spans' must be a list, got dict", 2),
     Case("gold span not an object", "gold", gold_with(spans=["three days"]), "spans[0] must be a JSON object", 2),
-    Case("gold span missing end", "gold", gold_with(spans=[{"start": 14, "text": "three days", "label": "TIMEX"}]),
-         "spans[0] is missing key(s) end", 2),
+    Case(
+        "gold span missing end",
+        "gold",
+        gold_with(spans=[{"start": 14, "text": "three days", "label": "TIMEX"}]),
+        "spans[0] is missing key(s) end",
+        2,
+    ),
     Case("gold start float", "gold", gold_span(start=14.0), "spans[0].start must be an integer, got 14.0", 2),
     Case("gold start string", "gold", gold_span(start="14"), "spans[0].start must be an integer, got '14'", 2),
-    Case("gold start boolean", "gold", gold_span(start=True, end=2, text="t"), "spans[0].start must be an integer, got True", 2),
-    Case("gold end boolean", "gold", gold_span(start=0, end=True, text="I"), "spans[0].end must be an integer, got True", 2),
+    Case(
+        "gold start boolean",
+        "gold",
+        gold_span(start=True, end=2, text="t"),
+        "spans[0].start must be an integer, got True",
+        2,
+    ),
+    Case(
+        "gold end boolean",
+        "gold",
+        gold_span(start=0, end=True, text="I"),
+        "spans[0].end must be an integer, got True",
+        2,
+    ),
     Case("gold negative start", "gold", gold_span(start=-1), "spans[0].start must be >= 0", 2),
     Case("gold end past the text", "gold", gold_span(end=99), "outside text of length 32", 2),
     Case("gold start after end", "gold", gold_span(start=24, end=14), "span 24-14 is empty or reversed", 2),
@@ -119,49 +190,162 @@ CASES = [
     Case("gold text mismatch", "gold", gold_span(text="four days"), "not the span text 'four days'", 2),
     Case("gold unknown label", "gold", gold_span(label="DATE"), "unknown label 'DATE'", 2),
     Case("gold span text not a string", "gold", gold_span(text=3), "spans[0].text must be a string", 2),
-    Case("gold span without word characters", "gold", gold_span(start=31, end=32, text="."), "has no word character", 2),
+    Case(
+        "gold span without word characters", "gold", gold_span(start=31, end=32, text="."), "has no word character", 2
+    ),
     Case("gold whitespace span", "gold", gold_span(start=13, end=14, text=" "), "has no word character", 2),
     Case("gold span listed twice", "gold", gold_with(spans=GOLD[1]["spans"] * 2), "spans[1] repeats spans[0]", 2),
-    Case("gold duplicated id", "gold", line(GOLD[0]) + line(dict(GOLD[1], id="s1")), "duplicated id 's1' (first on line 1)", 2),
-    Case("gold id missing from predictions", "gold", line(GOLD[0]) + line(GOLD[1]) + line(dict(GOLD[1], id="s3")),
-         "id 's3' has no line in the prediction file", 3),
+    Case(
+        "gold duplicated id",
+        "gold",
+        line(GOLD[0]) + line(dict(GOLD[1], id="s1")),
+        "duplicated id 's1' (first on line 1)",
+        2,
+    ),
+    Case(
+        "gold id missing from predictions",
+        "gold",
+        line(GOLD[0]) + line(GOLD[1]) + line(dict(GOLD[1], id="s3")),
+        "id 's3' has no line in the prediction file",
+        3,
+    ),
     # -- prediction side
-    Case("pred latin-1 byte", "pred", pred_second('{"id": "s2", "predictions": ["d\xeda"]}\n'.encode("latin-1")), "not UTF-8 text (byte 0xed", 2),
-    Case("pred UTF-16 with BOM", "pred", b"".join(line(p) for p in PRED).decode().encode("utf-16"), "not UTF-8 text (byte 0xff", 1),
+    Case(
+        "pred latin-1 byte",
+        "pred",
+        pred_second('{"id": "s2", "predictions": ["d\xeda"]}\n'.encode("latin-1")),
+        "not UTF-8 text (byte 0xed",
+        2,
+    ),
+    Case(
+        "pred UTF-16 with BOM",
+        "pred",
+        b"".join(line(p) for p in PRED).decode().encode("utf-16"),
+        "not UTF-8 text (byte 0xff",
+        1,
+    ),
     Case("pred random bytes", "pred", pred_second(b"\x00\xfe\xc3\x28\n"), "not UTF-8 text", 2),
-    Case("pred deep nesting", "pred", pred_second(b'{"id": "s2", "predictions": ' + DEEP + b"}\n"), "nested too deeply", 2),
-    Case("pred 5000-digit integer", "pred", pred_second(b'{"id": "s2", "predictions": [], "n": ' + BIG_INT + b"}\n"), "5000 digits", 2),
+    Case(
+        "pred deep nesting",
+        "pred",
+        pred_second(b'{"id": "s2", "predictions": ' + DEEP + b"}\n"),
+        "nested too deeply",
+        2,
+    ),
+    Case(
+        "pred 5000-digit integer",
+        "pred",
+        pred_second(b'{"id": "s2", "predictions": [], "n": ' + BIG_INT + b"}\n"),
+        "5000 digits",
+        2,
+    ),
     Case("pred NaN", "pred", pred_second(b'{"id": "s2", "predictions": [NaN]}\n'), "NaN is not valid JSON", 2),
     Case("pred 1e400", "pred", pred_second(b'{"id": "s2", "predictions": [], "score": -1e400}\n'), "out of range", 2),
-    Case("pred duplicated key", "pred", pred_second(b'{"id": "s2", "predictions": [], "predictions": ["days"]}\n'),
-         "duplicated key 'predictions'", 2),
-    Case("pred duplicated key in an item", "pred", pred_items({"text": "days"}).replace(b'"text": "days"', b'"text": "days", "text": "May"'),
-         "duplicated key 'text'", 2),
+    Case(
+        "pred duplicated key",
+        "pred",
+        pred_second(b'{"id": "s2", "predictions": [], "predictions": ["days"]}\n'),
+        "duplicated key 'predictions'",
+        2,
+    ),
+    Case(
+        "pred duplicated key in an item",
+        "pred",
+        pred_items({"text": "days"}).replace(b'"text": "days"', b'"text": "days", "text": "May"'),
+        "duplicated key 'text'",
+        2,
+    ),
     Case("pred invalid JSON", "pred", pred_second(b"{oops\n"), "invalid JSON", 2),
     Case("pred JSON array", "pred", pred_second(["s2", []]), "expected a JSON object, got list", 2),
     Case("pred empty file", "pred", b"", "no records"),
     Case("pred only blank lines", "pred", b"\n\n", "no records"),
-    Case("pred blank line between records", "pred", line(PRED[0]) + b"\n" + line(PRED[1]), "blank line inside the file", 2),
+    Case(
+        "pred blank line between records",
+        "pred",
+        line(PRED[0]) + b"\n" + line(PRED[1]),
+        "blank line inside the file",
+        2,
+    ),
     Case("pred missing id", "pred", pred_second({"predictions": []}), "missing key(s) id", 2),
     Case("pred missing predictions", "pred", pred_second({"id": "s2"}), "missing key(s) predictions", 2),
     Case("pred id not a string", "pred", pred_second({"id": ["s2"], "predictions": []}), "'id' must be a string", 2),
     Case("pred id null", "pred", pred_second({"id": None, "predictions": []}), "'id' must be a string, got None", 2),
-    Case("pred predictions a string", "pred", pred_second({"id": "s2", "predictions": "days"}), "'predictions' must be a list, got str", 2),
-    Case("pred predictions null", "pred", pred_second({"id": "s2", "predictions": None}), "'predictions' must be a list, got NoneType", 2),
-    Case("pred predictions an object", "pred", pred_second({"id": "s2", "predictions": {"text": "days"}}), "must be a list, got dict", 2),
+    Case(
+        "pred predictions a string",
+        "pred",
+        pred_second({"id": "s2", "predictions": "days"}),
+        "'predictions' must be a list, got str",
+        2,
+    ),
+    Case(
+        "pred predictions null",
+        "pred",
+        pred_second({"id": "s2", "predictions": None}),
+        "'predictions' must be a list, got NoneType",
+        2,
+    ),
+    Case(
+        "pred predictions an object",
+        "pred",
+        pred_second({"id": "s2", "predictions": {"text": "days"}}),
+        "must be a list, got dict",
+        2,
+    ),
     Case("pred item a number", "pred", pred_items("days", 7), "predictions[1] must be a string or", 2),
     Case("pred item a boolean", "pred", pred_items(True), "predictions[0] must be a string or", 2),
     Case("pred item null", "pred", pred_items(None), "predictions[0] must be a string or", 2),
     Case("pred item a list", "pred", pred_items(["days"]), "predictions[0] must be a string or", 2),
-    Case("pred comp item without text", "pred", pred_items({"label": "TIMEX"}), "predictions[0].text must be a string, got None", 2),
-    Case("pred comp item text a number", "pred", pred_items({"text": 3, "label": "TIMEX"}), "predictions[0].text must be a string", 2),
-    Case("pred comp item bad label", "pred", pred_items({"text": "days", "label": "DATE"}), "predictions[0].label 'DATE' is not one of", 2),
-    Case("pred comp item lower-case label", "pred", pred_items({"text": "days", "label": "timex"}), "label 'timex' is not one of", 2),
+    Case(
+        "pred comp item without text",
+        "pred",
+        pred_items({"label": "TIMEX"}),
+        "predictions[0].text must be a string, got None",
+        2,
+    ),
+    Case(
+        "pred comp item text a number",
+        "pred",
+        pred_items({"text": 3, "label": "TIMEX"}),
+        "predictions[0].text must be a string",
+        2,
+    ),
+    Case(
+        "pred comp item bad label",
+        "pred",
+        pred_items({"text": "days", "label": "DATE"}),
+        "predictions[0].label 'DATE' is not one of",
+        2,
+    ),
+    Case(
+        "pred comp item lower-case label",
+        "pred",
+        pred_items({"text": "days", "label": "timex"}),
+        "label 'timex' is not one of",
+        2,
+    ),
     Case("pred comp item label a number", "pred", pred_items({"text": "days", "label": 1}), "label 1 is not one of", 2),
-    Case("pred duplicated id", "pred", line(PRED[0]) + line(PRED[1]) + line(PRED[0]), "duplicated id 's1' (first on line 1)", 3),
-    Case("pred id not in gold", "pred", line(PRED[0]) + line(PRED[1]) + line({"id": "s9", "predictions": []}),
-         "id 's9' is not in the gold file", 3),
-    Case("pred id missing (named on the gold line)", "gold", None, "id 's2' has no line in the prediction file", 2, special="pred lacks s2"),
+    Case(
+        "pred duplicated id",
+        "pred",
+        line(PRED[0]) + line(PRED[1]) + line(PRED[0]),
+        "duplicated id 's1' (first on line 1)",
+        3,
+    ),
+    Case(
+        "pred id not in gold",
+        "pred",
+        line(PRED[0]) + line(PRED[1]) + line({"id": "s9", "predictions": []}),
+        "id 's9' is not in the gold file",
+        3,
+    ),
+    Case(
+        "pred id missing (named on the gold line)",
+        "gold",
+        None,
+        "id 's2' has no line in the prediction file",
+        2,
+        special="pred lacks s2",
+    ),
     # -- the file itself
     Case("gold is a directory", "gold", None, "cannot read file (Is a directory)", special="directory"),
     Case("pred is a directory", "pred", None, "cannot read file (Is a directory)", special="directory"),
@@ -270,10 +454,20 @@ def run_module(module: str, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", module, *args], cwd=REPO, capture_output=True, timeout=120)
 
 
-SUBPROCESS_CASES = [case for case in CASES if case.kind in (
-    "gold UTF-16 with BOM", "pred random bytes", "gold deep nesting", "gold 5000-digit start", "pred NaN",
-    "gold span listed twice", "pred is a directory",
-)]
+SUBPROCESS_CASES = [
+    case
+    for case in CASES
+    if case.kind
+    in (
+        "gold UTF-16 with BOM",
+        "pred random bytes",
+        "gold deep nesting",
+        "gold 5000-digit start",
+        "pred NaN",
+        "gold span listed twice",
+        "pred is a directory",
+    )
+]
 
 
 @pytest.mark.parametrize("case", SUBPROCESS_CASES, ids=[case.kind for case in SUBPROCESS_CASES])
@@ -307,7 +501,10 @@ def test_closed_stdout_exits_quietly_with_141(tmp_path):
     try:
         done = subprocess.run(
             [sys.executable, "-m", "src.score", "--gold", str(gold), "--pred", str(pred)],
-            cwd=REPO, stdout=write_end, stderr=subprocess.PIPE, timeout=120,
+            cwd=REPO,
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            timeout=120,
         )
     finally:
         os.close(write_end)
@@ -316,7 +513,11 @@ def test_closed_stdout_exits_quietly_with_141(tmp_path):
     shell = subprocess.run(
         f"set -o pipefail; {sys.executable} -m src.compare --gold {gold} --pred-a {pred} --pred-b {pred} "
         "--resamples 50 | head -c 1",
-        shell=True, executable="/bin/bash", cwd=REPO, capture_output=True, timeout=120,
+        shell=True,
+        executable="/bin/bash",
+        cwd=REPO,
+        capture_output=True,
+        timeout=120,
     )
     assert shell.stdout == b"{" and b"Traceback" not in shell.stderr
     assert shell.returncode in (0, 141)  # 0 when the whole report fit in the pipe before head left

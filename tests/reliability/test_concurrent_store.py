@@ -27,8 +27,14 @@ def test_four_processes_on_a_fresh_store_all_finish(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "PYTHONPATH": str(PROJECT_ROOT)}
     processes = [
-        subprocess.Popen([sys.executable, "-c", RUN_SCRIPT], cwd=tmp_path, env=env,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, "-c", RUN_SCRIPT],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for _ in range(WORKERS)
     ]
     outputs = [process.communicate(timeout=240) for process in processes]

@@ -63,11 +63,21 @@ class KillingServer(FakeOpenAIServer):
 
 def _command(workspace: Path, server: FakeOpenAIServer) -> list[str]:
     return [
-        sys.executable, "-m", "src.run", "model=qwen25_7b", "strategy=D", "dimension=base", "tasks=[timex]",
-        f"model.options.base_url={server.base_url}", "+model.options.max_concurrency=2",
-        "+model.options.max_retries=0", f"paths.prepared={workspace / 'prepared'}",
-        f"paths.cache={workspace / 'cache'}", f"mlflow.tracking_uri=sqlite:///{workspace / 'mlflow.db'}",
-        f"summary={workspace / 'summary.json'}", f"hydra.run.dir={workspace / 'outputs'}",
+        sys.executable,
+        "-m",
+        "src.run",
+        "model=qwen25_7b",
+        "strategy=D",
+        "dimension=base",
+        "tasks=[timex]",
+        f"model.options.base_url={server.base_url}",
+        "+model.options.max_concurrency=2",
+        "+model.options.max_retries=0",
+        f"paths.prepared={workspace / 'prepared'}",
+        f"paths.cache={workspace / 'cache'}",
+        f"mlflow.tracking_uri=sqlite:///{workspace / 'mlflow.db'}",
+        f"summary={workspace / 'summary.json'}",
+        f"hydra.run.dir={workspace / 'outputs'}",
         "scoring.bootstrap_resamples=100",
     ]
 

@@ -16,7 +16,7 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 HEADER_SECRET = "PLANTED123"
 KEY_SECRET = "planted-key-XYZ"
 
-APP = '''
+APP = """
 import hydra
 
 @hydra.main(version_base=None, config_path=".", config_name="config")
@@ -24,8 +24,8 @@ def main(cfg):
     print("job ran")
 
 main()
-'''
-CONFIG = '''
+"""
+CONFIG = """
 model:
   options:
     base_url: http://127.0.0.1:1/v1
@@ -36,7 +36,7 @@ hydra:
   callbacks:
     redact_outputs:
       _target_: src.tracking.RedactHydraOutputs
-'''
+"""
 
 
 def files_containing(root: Path, needles: tuple[str, ...]) -> list[str]:
@@ -52,14 +52,25 @@ def run_app(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess:
     (tmp_path / "app.py").write_text(APP)
     (tmp_path / "config.yaml").write_text(CONFIG)
     env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT), "TEMPGEN_TEST_KEY": KEY_SECRET}
-    return subprocess.run([sys.executable, str(tmp_path / "app.py"), *overrides], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=120, check=False)
+    return subprocess.run(
+        [sys.executable, str(tmp_path / "app.py"), *overrides],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 def test_callback_redacts_the_files_a_real_hydra_run_writes(tmp_path):
     out = tmp_path / "out"
-    done = run_app(tmp_path, f"+model.options.extra_headers.X-Secret={HEADER_SECRET}",
-                   f"+model.options.api_key={KEY_SECRET}", f"hydra.run.dir={out}")
+    done = run_app(
+        tmp_path,
+        f"+model.options.extra_headers.X-Secret={HEADER_SECRET}",
+        f"+model.options.api_key={KEY_SECRET}",
+        f"hydra.run.dir={out}",
+    )
     assert done.returncode == 0 and "job ran" in done.stdout, done.stderr
     written = sorted(path.name for path in (out / ".hydra").iterdir())
     assert written == ["config.yaml", "hydra.yaml", "overrides.yaml"]
@@ -72,8 +83,13 @@ def test_callback_redacts_the_files_a_real_hydra_run_writes(tmp_path):
 
 def test_callback_redacts_a_sweep_folder_too(tmp_path):
     sweep = tmp_path / "sweep"
-    done = run_app(tmp_path, "-m", f"+model.options.extra_headers.X-Secret={HEADER_SECRET}",
-                   f"hydra.sweep.dir={sweep}", "hydra.sweep.subdir=job")
+    done = run_app(
+        tmp_path,
+        "-m",
+        f"+model.options.extra_headers.X-Secret={HEADER_SECRET}",
+        f"hydra.sweep.dir={sweep}",
+        "hydra.sweep.subdir=job",
+    )
     assert done.returncode == 0, done.stderr
     assert (sweep / "multirun.yaml").is_file() and (sweep / "job" / ".hydra" / "config.yaml").is_file()
     assert files_containing(sweep, (HEADER_SECRET,)) == []
@@ -82,23 +98,52 @@ def test_callback_redacts_a_sweep_folder_too(tmp_path):
 def test_config_secrets_collects_headers_secret_keys_and_the_named_key_variable(monkeypatch):
     monkeypatch.setenv("TEMPGEN_OWN_KEY", "own-key-value")
     monkeypatch.setenv("OPENROUTER_API_KEY", "router-key-value")
-    config = {"model": {"options": {"api_key_env": "TEMPGEN_OWN_KEY", "token": "tok-1234",
-                                    "extra_headers": {"X-A": "header-a", "X-Short": "ab"}}}, "seed": 13}
+    config = {
+        "model": {
+            "options": {
+                "api_key_env": "TEMPGEN_OWN_KEY",
+                "token": "tok-1234",
+                "extra_headers": {"X-A": "header-a", "X-Short": "ab"},
+            }
+        },
+        "seed": 13,
+    }
     assert set(tracking.config_secrets(config)) == {"own-key-value", "router-key-value", "tok-1234", "header-a"}
 
 
 @pytest.mark.timeout(300)
 def test_end_to_end_run_writes_no_planted_secret_anywhere(tmp_path):
     """``python -m src.run`` against the fault server, then every file it wrote is searched."""
-    env = {**os.environ, "TEMPGEN_TEST_KEY": KEY_SECRET, "PYTHONPATH": str(PROJECT_ROOT),
-           "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}", "HF_HUB_OFFLINE": "1"}
+    env = {
+        **os.environ,
+        "TEMPGEN_TEST_KEY": KEY_SECRET,
+        "PYTHONPATH": str(PROJECT_ROOT),
+        "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}",
+        "HF_HUB_OFFLINE": "1",
+    }
     with FaultServer(fault_rate=0.0) as server:
         done = subprocess.run(
-            [sys.executable, "-m", "src.run", "model=qwen3_moe", f"model.options.base_url={server.base_url}",
-             "model.options.api_key_env=TEMPGEN_TEST_KEY", f"+model.options.extra_headers.X-Secret={HEADER_SECRET}",
-             "tasks=[timex]", "datasets=[base]", "limit=2", f"hydra.run.dir={tmp_path / 'run'}",
-             f"paths.cache={tmp_path / 'cache'}", f"summary={tmp_path / 'summary.json'}"],
-            cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=280, check=False,
+            [
+                sys.executable,
+                "-m",
+                "src.run",
+                "model=qwen3_moe",
+                f"model.options.base_url={server.base_url}",
+                "model.options.api_key_env=TEMPGEN_TEST_KEY",
+                f"+model.options.extra_headers.X-Secret={HEADER_SECRET}",
+                "tasks=[timex]",
+                "datasets=[base]",
+                "limit=2",
+                f"hydra.run.dir={tmp_path / 'run'}",
+                f"paths.cache={tmp_path / 'cache'}",
+                f"summary={tmp_path / 'summary.json'}",
+            ],
+            cwd=PROJECT_ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=280,
+            check=False,
         )
         requests, authorizations = sum(server.requests.values()), set(server.authorizations)
     assert done.returncode == 0, done.stderr[-3000:]

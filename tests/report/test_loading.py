@@ -32,9 +32,12 @@ MODELS = {
 }
 # (model, strategy) -> share of instances answered correctly (the rest get a wrong span)
 QUALITY = {
-    ("small", "I"): 0.3, ("small", "D"): 0.5,
-    ("large", "I"): 1.0, ("large", "D"): 0.6,
-    ("sparse", "I"): 0.9, ("sparse", "D"): 0.1,
+    ("small", "I"): 0.3,
+    ("small", "D"): 0.5,
+    ("large", "I"): 1.0,
+    ("large", "D"): 0.6,
+    ("sparse", "I"): 0.9,
+    ("sparse", "D"): 0.1,
 }
 DATASETS = [("timex", "base"), ("timex", "adv_p"), ("timex", "t2c"), ("eventx", "base"), ("comp", "base")]
 TARGETS = {"timex": ("Monday", "Friday"), "eventx": ("met", "left")}
@@ -47,8 +50,11 @@ def make_records(task: str, dataset: str) -> list[Record]:
         if dataset == "adv_p" and k == INSTANCES - 1:
             continue  # a paraphrase that was rejected: adv_p drops an instance
         text = f"Case {k}: we met on Monday and left on Friday."
-        wanted = {"timex": [("Monday", "TIMEX"), ("Friday", "TIMEX")], "eventx": [("met", "EVENT"), ("left", "EVENT")],
-                  "comp": [("Monday", "TIMEX"), ("met", "EVENT")]}[task]
+        wanted = {
+            "timex": [("Monday", "TIMEX"), ("Friday", "TIMEX")],
+            "eventx": [("met", "EVENT"), ("left", "EVENT")],
+            "comp": [("Monday", "TIMEX"), ("met", "EVENT")],
+        }[task]
         spans = [Span(text.index(s), text.index(s) + len(s), s, label) for s, label in wanted]
         records.append(Record(f"{dataset}-{k}", f"doc{k}", text, spans, "test"))
     return records
@@ -70,18 +76,32 @@ def outputs_for(records: list[Record], task: str, quality: float, dataset: str) 
     return outputs
 
 
-def log_run(model: str, strategy: str, status: str = "FINISHED", quality: float | None = None,
-            datasets=tuple(DATASETS), kind: str | None = "prompted", git_commit: str = "abc123",
-            data_version: str = "raw:test/datasets:test") -> str:
+def log_run(
+    model: str,
+    strategy: str,
+    status: str = "FINISHED",
+    quality: float | None = None,
+    datasets=tuple(DATASETS),
+    kind: str | None = "prompted",
+    git_commit: str = "abc123",
+    data_version: str = "raw:test/datasets:test",
+) -> str:
     family, architecture, size, series = MODELS[model]
     quality = QUALITY[model, strategy] if quality is None else quality
     with mlflow.start_run(run_name=f"{model}-{strategy}") as run:
         mlflow.set_tags({"model": model, "strategy": strategy, **({"kind": kind} if kind else {})})
         params = {
-            "model": model, "model_id": f"test/{model}", "family": family, "architecture": architecture,
-            "params_total_b": size, "params_active_b": size / 4 if architecture == "moe" else size,
-            "strategy": strategy, "inductive_plus": "I" in strategy, "seed": 13,
-            "git_commit": git_commit, "data_version": data_version,
+            "model": model,
+            "model_id": f"test/{model}",
+            "family": family,
+            "architecture": architecture,
+            "params_total_b": size,
+            "params_active_b": size / 4 if architecture == "moe" else size,
+            "strategy": strategy,
+            "inductive_plus": "I" in strategy,
+            "seed": 13,
+            "git_commit": git_commit,
+            "data_version": data_version,
         }
         if series:
             params["size_series"] = series
@@ -105,8 +125,14 @@ def write_summary(directory: Path, config: str, run_id: str, complete: bool = Tr
     model, strategy = config.rsplit("-", 1)
     path = directory / ("finetuned" if strategy == "finetuned" else "runs") / f"{config}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    summary = {"run_id": run_id, "run_name": config, "model": model, "strategy": strategy, "complete": complete,
-               "metrics": {}}
+    summary = {
+        "run_id": run_id,
+        "run_name": config,
+        "model": model,
+        "strategy": strategy,
+        "complete": complete,
+        "metrics": {},
+    }
     path.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     return path
 
@@ -165,8 +191,9 @@ def test_exactly_the_runs_the_summaries_name_with_params_and_metrics(store):
     assert pd.isna(study.runs.loc["sparse-I", "size_series"])
     client = mlflow.tracking.MlflowClient(store.uri)
     logged = client.get_run(ids["large-I"]).data.metrics
-    row = study.scores[(study.scores["config"] == "large-I") & (study.scores["task"] == "timex")
-                       & (study.scores["dataset"] == "base")].iloc[0]
+    row = study.scores[
+        (study.scores["config"] == "large-I") & (study.scores["task"] == "timex") & (study.scores["dataset"] == "base")
+    ].iloc[0]
     assert row["f1"] == logged["timex.base.f1"] == 1.0
     assert row["errors.missing"] == logged["timex.base.errors.missing"]
     comp = study.scores[(study.scores["config"] == "large-I") & (study.scores["task"] == "comp")].iloc[0]
@@ -192,22 +219,36 @@ def test_each_configuration_keeps_its_own_instances_and_stacks_on_request():
     b = {"ids": ["z", "x"], "stats": {"lcs": [[5, 5, 5], [3, 3, 3]]}, "errors": {"missing": [4, 2]}}
     data = dataset_stats("timex", "base", {"a": a, "b": b})
     assert data.ids == {"a": ["x", "y", "z"], "b": ["z", "x"]}
-    np.testing.assert_array_equal(data.stacked(["b", "a"], ["x", "z"]), [[[3, 3, 3], [5, 5, 5]], [[1, 1, 1], [2, 2, 2]]])
+    np.testing.assert_array_equal(
+        data.stacked(["b", "a"], ["x", "z"]), [[[3, 3, 3], [5, 5, 5]], [[1, 1, 1], [2, 2, 2]]]
+    )
     np.testing.assert_array_equal(data.errors["b"]["missing"], [4, 2])
     assert data.instance_groups() == [(3, ["a"]), (2, ["b"])]
     assert data.subset(["b"]).configs == ["b"]
 
 
 def test_differing_instance_sets_are_reported():
-    runs = [{"config": c, "run_id": f"id-{c}", "start_time": 0, "model": c, "strategy": "I", "kind": "prompted",
-             "inductive_plus": True} for c in ("a", "b")]
+    runs = [
+        {
+            "config": c,
+            "run_id": f"id-{c}",
+            "start_time": 0,
+            "model": c,
+            "strategy": "I",
+            "kind": "prompted",
+            "inductive_plus": True,
+        }
+        for c in ("a", "b")
+    ]
     artifacts = {
         "a": {("timex", "base"): {"ids": ["x", "y"], "stats": {"lcs": [[1, 1, 1], [1, 1, 1]]}}},
         "b": {("timex", "base"): {"ids": ["x"], "stats": {"lcs": [[1, 1, 1]]}}},
     }
     study = build_study(runs, {"a": {"timex.base.f1": 1.0}, "b": {"timex.base.f1": 1.0}}, artifacts)
-    assert study.notes == ["timex/base: the configurations were scored on 2 different instance sets (1 on 2 (a); "
-                           "1 on 1 (b)); each pair is compared on the instances both were scored on."]
+    assert study.notes == [
+        "timex/base: the configurations were scored on 2 different instance sets (1 on 2 (a); "
+        "1 on 1 (b)); each pair is compared on the instances both were scored on."
+    ]
     assert not study.checked
 
 

@@ -36,8 +36,24 @@ def store(tmp_path_factory):
 
 
 def analyse(uri: str, summaries: Path, out: Path, experiment: str = EXPERIMENT) -> int:
-    return main(["--experiment", experiment, "--tracking-uri", uri, "--summaries", str(summaries), "--out", str(out),
-                 "--resamples", "100", "--seed", "1", "--stats-json", str(out / "none.json")])
+    return main(
+        [
+            "--experiment",
+            experiment,
+            "--tracking-uri",
+            uri,
+            "--summaries",
+            str(summaries),
+            "--out",
+            str(out),
+            "--resamples",
+            "100",
+            "--seed",
+            "1",
+            "--stats-json",
+            str(out / "none.json"),
+        ]
+    )
 
 
 def outputs(out: Path) -> dict[str, bytes]:
@@ -65,13 +81,19 @@ def test_hand_runs_never_change_a_pipeline_report(tmp_path):
     first = outputs(tmp_path / "first")
     summary = json.loads(first["analysis.json"])
     assert {c: p["run_id"] for c, p in summary["provenance"].items()} == ids
-    assert summary["provenance"]["small-I"] == {"summary": "runs/small-I.json", "run_id": ids["small-I"],
-                                                "git_commit": "abc123", "dirty": False,
-                                                "data_version": "raw:test/datasets:test"}
+    assert summary["provenance"]["small-I"] == {
+        "summary": "runs/small-I.json",
+        "run_id": ids["small-I"],
+        "git_commit": "abc123",
+        "dirty": False,
+        "data_version": "raw:test/datasets:test",
+    }
     assert summary["dirty_commits"] == ["small-D"]
     report = first["report.md"].decode()
     assert "## Provenance" in report and "**Uncommitted changes**: the runs of small-D" in report
-    assert f"| small-I | runs/small-I.json | `{ids['small-I']}` | `abc123` | False | `raw:test/datasets:test` |" in report
+    assert (
+        f"| small-I | runs/small-I.json | `{ids['small-I']}` | `abc123` | False | `raw:test/datasets:test` |" in report
+    )
 
     # a newer FINISHED run under a pipeline configuration's name, with other metrics, and a new hand configuration
     stray = log_run("small", "I", quality=0.0, datasets=datasets)
@@ -107,27 +129,42 @@ def bad_runs(store):
         "foreign": make("hand-I", experiment_id=other),
         "untagged": make("hand-I", tags={"kind": ""}),
         "twin": make("large-I", params={"model": "large", "strategy": "I"}),
-        "version_a": make("va-I", params={"model": "va", "strategy": "I", "data_version": "raw:test/datasets:aaa"},
-                          metrics={"timex.base.f1": 0.5}),
-        "version_b": make("vb-I", params={"model": "vb", "strategy": "I", "data_version": "raw:test/datasets:bbb"},
-                          metrics={"timex.base.f1": 0.5}),
-        "raw_b": make("rb-I", params={"model": "rb", "strategy": "I", "data_version": "raw:other/datasets:ccc"},
-                      metrics={"eventx.base.f1": 0.5}),
+        "version_a": make(
+            "va-I",
+            params={"model": "va", "strategy": "I", "data_version": "raw:test/datasets:aaa"},
+            metrics={"timex.base.f1": 0.5},
+        ),
+        "version_b": make(
+            "vb-I",
+            params={"model": "vb", "strategy": "I", "data_version": "raw:test/datasets:bbb"},
+            metrics={"timex.base.f1": 0.5},
+        ),
+        "raw_b": make(
+            "rb-I",
+            params={"model": "rb", "strategy": "I", "data_version": "raw:other/datasets:ccc"},
+            metrics={"eventx.base.f1": 0.5},
+        ),
     }
 
 
-@pytest.mark.parametrize("case, named, message", [
-    ("running", ["running"], "is RUNNING, not FINISHED"),
-    ("failed", ["failed"], "is FAILED, not FINISHED"),
-    ("killed", ["killed"], "is KILLED, not FINISHED"),
-    ("missing", [MISSING_RUN], f"run {MISSING_RUN} not found in the tracking store"),
-    ("foreign", ["foreign"], "belongs to experiment 'elsewhere-"),
-    ("untagged", ["untagged"], "is not a configuration run"),
-    ("twin", ["large-I", "twin"], "both name configuration large-I"),
-    ("data version", ["version_a", "version_b"], "runs scored on the same datasets (timex/base) disagree on their "
-                                                 "data version"),
-    ("raw data version", ["version_a", "raw_b"], "runs disagree on the raw data version"),
-])
+@pytest.mark.parametrize(
+    "case, named, message",
+    [
+        ("running", ["running"], "is RUNNING, not FINISHED"),
+        ("failed", ["failed"], "is FAILED, not FINISHED"),
+        ("killed", ["killed"], "is KILLED, not FINISHED"),
+        ("missing", [MISSING_RUN], f"run {MISSING_RUN} not found in the tracking store"),
+        ("foreign", ["foreign"], "belongs to experiment 'elsewhere-"),
+        ("untagged", ["untagged"], "is not a configuration run"),
+        ("twin", ["large-I", "twin"], "both name configuration large-I"),
+        (
+            "data version",
+            ["version_a", "version_b"],
+            "runs scored on the same datasets (timex/base) disagree on their data version",
+        ),
+        ("raw data version", ["version_a", "raw_b"], "runs disagree on the raw data version"),
+    ],
+)
 def test_a_summary_naming_an_unusable_run_is_a_one_line_error_naming_the_file(
     store, bad_runs, tmp_path, capsys, case, named, message
 ):
@@ -147,12 +184,15 @@ def test_a_summary_naming_an_unusable_run_is_a_one_line_error_naming_the_file(
     assert not (tmp_path / "out" / "analysis.json").exists()
 
 
-@pytest.mark.parametrize("content, message", [
-    ({"model": "large"}, "no 'run_id'"),
-    ("not json", "not a JSON summary"),
-    ({"run_id": "RUN", "model": "small"}, "the summary says model 'small', the run logged 'large'"),
-    ({"run_id": "RUN", "complete": False}, "the summary says the configuration is incomplete"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ({"model": "large"}, "no 'run_id'"),
+        ("not json", "not a JSON summary"),
+        ({"run_id": "RUN", "model": "small"}, "the summary says model 'small', the run logged 'large'"),
+        ({"run_id": "RUN", "complete": False}, "the summary says the configuration is incomplete"),
+    ],
+)
 def test_malformed_or_contradicting_summaries_are_errors(store, tmp_path, capsys, content, message):
     summaries = tmp_path / "summaries"
     path = summaries / "runs" / "large-I.json"
@@ -182,16 +222,19 @@ def test_one_run_named_twice_and_empty_folders_are_errors(store, tmp_path):
 def test_summaries_are_found_recursively_in_path_order(store):
     listed = read_summaries(store.summaries)
     assert [s.name for s in listed] == ["finetuned/bert-finetuned.json"] + sorted(
-        f"runs/{c}.json" for c in store.ids if not c.endswith("finetuned"))
+        f"runs/{c}.json" for c in store.ids if not c.endswith("finetuned")
+    )
     assert {s.run_id for s in listed} == set(store.ids.values())
 
 
 def test_data_versions_are_compared_where_the_param_can_tell():
     assert split_data_version("raw:abc/datasets:def") == ("raw:abc", "datasets:def")
     assert split_data_version("unknown") == (None, None)
-    rows = [{"config": "a", "data_version": "raw:x/datasets:1", "summary": "a.json"},
-            {"config": "b", "data_version": "raw:x/datasets:2", "summary": "b.json"},
-            {"config": "c", "data_version": None, "summary": "c.json"}]
+    rows = [
+        {"config": "a", "data_version": "raw:x/datasets:1", "summary": "a.json"},
+        {"config": "b", "data_version": "raw:x/datasets:2", "summary": "b.json"},
+        {"config": "c", "data_version": None, "summary": "c.json"},
+    ]
     # different dataset sets: the digests cover different files, so they cannot be compared
     check_data_versions(rows, {"a": {"timex/base"}, "b": {"timex/base", "timex/t2c"}, "c": {"timex/base"}})
     with pytest.raises(ValueError, match=r"a \(a.json\) has raw:x/datasets:1, b \(b.json\) has raw:x/datasets:2"):

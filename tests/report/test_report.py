@@ -15,9 +15,17 @@ from src.report.loading import build_study
 from src.report.writer import run_link
 from tests.report.test_loading import EXPERIMENT, shared_store
 
-FIGURES = ["rq1_transfer", "rq2_spearman_all", "rq2_spearman_inductive_plus", "rq2_spearman_non_inductive",
-           "rq3_strategy_pairs", "rq3_dense_vs_moe", "rq3_size_curves",
-           "error_types", "top_labels_base_vs_t2c"]
+FIGURES = [
+    "rq1_transfer",
+    "rq2_spearman_all",
+    "rq2_spearman_inductive_plus",
+    "rq2_spearman_non_inductive",
+    "rq3_strategy_pairs",
+    "rq3_dense_vs_moe",
+    "rq3_size_curves",
+    "error_types",
+    "top_labels_base_vs_t2c",
+]
 
 
 @pytest.fixture(scope="session")
@@ -29,13 +37,35 @@ def store(tmp_path_factory):
 def report_dir(store, tmp_path_factory):
     out = tmp_path_factory.mktemp("reports")
     stats = out / "stats.json"
-    stats.write_text(json.dumps({
-        task: {name: {"spans": 50, "top_gold": [[f"{name}-{task}-{k}", 10 - k] for k in range(5)]}
-               for name in ("base", "t2c")} for task in ("timex", "eventx")
-    }))
-    code = main(["--experiment", EXPERIMENT, "--tracking-uri", store.uri, "--summaries", str(store.summaries),
-                 "--out", str(out), "--resamples", "200",
-                 "--seed", "3", "--stats-json", str(stats)])
+    stats.write_text(
+        json.dumps(
+            {
+                task: {
+                    name: {"spans": 50, "top_gold": [[f"{name}-{task}-{k}", 10 - k] for k in range(5)]}
+                    for name in ("base", "t2c")
+                }
+                for task in ("timex", "eventx")
+            }
+        )
+    )
+    code = main(
+        [
+            "--experiment",
+            EXPERIMENT,
+            "--tracking-uri",
+            store.uri,
+            "--summaries",
+            str(store.summaries),
+            "--out",
+            str(out),
+            "--resamples",
+            "200",
+            "--seed",
+            "3",
+            "--stats-json",
+            str(stats),
+        ]
+    )
     assert code == 0
     return out
 
@@ -53,9 +83,21 @@ def test_every_output_file_is_written(report_dir):
         for suffix in (".png", ".svg"):
             assert (report_dir / "figures" / f"{name}{suffix}").stat().st_size > 1000
     assert (report_dir / "tables" / "pairwise.csv").exists()
-    for name in ("results_timex", "results_eventx", "results_comp", "finetuned", "rq1_transfer", "rq2_all_rho",
-                 "rq3_strategy_pairs", "rq3_dense_vs_moe", "rq3_size_curves", "error_types", "configurations",
-                 "provenance", "comparisons"):
+    for name in (
+        "results_timex",
+        "results_eventx",
+        "results_comp",
+        "finetuned",
+        "rq1_transfer",
+        "rq2_all_rho",
+        "rq3_strategy_pairs",
+        "rq3_dense_vs_moe",
+        "rq3_size_curves",
+        "error_types",
+        "configurations",
+        "provenance",
+        "comparisons",
+    ):
         assert (report_dir / "tables" / f"{name}.csv").exists() and (report_dir / "tables" / f"{name}.md").exists()
     html = (report_dir / "report.html").read_text()
     assert "<table>" in html and 'src="figures/rq1_transfer.png"' in html
@@ -65,7 +107,7 @@ def test_report_numbers_equal_the_mlflow_metrics(store, report_dir):
     uri, ids, _ = store
     client = MlflowClient(uri)
     report = (report_dir / "report.md").read_text()
-    timex = report[report.index("### timex"):report.index("### eventx")]
+    timex = report[report.index("### timex") : report.index("### eventx")]
     header = table_row(timex, "configuration")
     csv = pd.read_csv(report_dir / "tables" / "dataset_timex_t2c.csv", index_col=0)
     for config, run_id in ids.items():
@@ -85,11 +127,11 @@ def test_finetuned_models_have_their_own_table(store, report_dir):
     uri, ids, _ = store
     metrics = MlflowClient(uri).get_run(ids["bert-finetuned"]).data.metrics
     report = (report_dir / "report.md").read_text()
-    table = report[report.index("### Fine-tuned models (Table 10)"):report.index("Per-dataset details")]
+    table = report[report.index("### Fine-tuned models (Table 10)") : report.index("Per-dataset details")]
     cells = dict(zip(table_row(table, "configuration"), table_row(table, "bert-finetuned")))
     f1, low, high = (metrics[f"timex.t2c.{m}"] for m in ("f1", "f1_ci_low", "f1_ci_high"))
     assert cells["timex/t2c"] == f"{f1:.3f} [{low:.3f}, {high:.3f}]"
-    assert "bert-finetuned" not in report[report.index("### timex"):report.index("### Fine-tuned")]
+    assert "bert-finetuned" not in report[report.index("### timex") : report.index("### Fine-tuned")]
     pairwise = pd.read_csv(report_dir / "tables" / "pairwise.csv")
     assert not pairwise[["config_a", "config_b"]].isin(["bert-finetuned"]).any().any()
     assert "Needs at least two fine-tuned models scored on one dataset; here: 1." in report
@@ -126,17 +168,39 @@ def single_model_study(strategies=("I", "D", "A", "D+I", "A+I", "A+D", "A+D+I"))
     runs, metrics, artifacts = [], {}, {}
     for n, strategy in enumerate(strategies):
         config = f"solo-{strategy}"
-        runs.append({"config": config, "run_id": f"run{n}", "start_time": n, "model": "solo", "strategy": strategy,
-                     "kind": "prompted", "family": "smollm", "architecture": "dense", "params_total_b": 0.135,
-                     "params_active_b": 0.135, "inductive_plus": "I" in strategy, "size_series": None,
-                     "git_commit": "c0ffee", "data_version": "raw:x/datasets:y", "seed": 13})
+        runs.append(
+            {
+                "config": config,
+                "run_id": f"run{n}",
+                "start_time": n,
+                "model": "solo",
+                "strategy": strategy,
+                "kind": "prompted",
+                "family": "smollm",
+                "architecture": "dense",
+                "params_total_b": 0.135,
+                "params_active_b": 0.135,
+                "inductive_plus": "I" in strategy,
+                "size_series": None,
+                "git_commit": "c0ffee",
+                "data_version": "raw:x/datasets:y",
+                "seed": 13,
+            }
+        )
         metrics[config], artifacts[config] = {}, {}
         for task, dataset in (("timex", "base"), ("timex", "adv"), ("eventx", "base"), ("comp", "base")):
             stats = np.column_stack([rng.uniform(0, 1, 8), np.full(8, 1.0), np.full(8, 1.0)])
             f1 = 2 * stats[:, 0].sum() / 16
-            metrics[config].update({f"{task}.{dataset}.f1": f1, f"{task}.{dataset}.f1_ci_low": f1 - 0.1,
-                                    f"{task}.{dataset}.f1_ci_high": f1 + 0.1, f"{task}.{dataset}.errors.missing": 2.0,
-                                    f"{task}.{dataset}.errors.spurious": 1.0, f"{task}.{dataset}.errors.boundary": 1.0})
+            metrics[config].update(
+                {
+                    f"{task}.{dataset}.f1": f1,
+                    f"{task}.{dataset}.f1_ci_low": f1 - 0.1,
+                    f"{task}.{dataset}.f1_ci_high": f1 + 0.1,
+                    f"{task}.{dataset}.errors.missing": 2.0,
+                    f"{task}.{dataset}.errors.spurious": 1.0,
+                    f"{task}.{dataset}.errors.boundary": 1.0,
+                }
+            )
             artifacts[config][task, dataset] = {"ids": [f"i{k}" for k in range(8)], "stats": {"lcs": stats.tolist()}}
     return build_study(runs, metrics, artifacts, "sqlite:///x.db", "tempgen", "1")
 
@@ -168,7 +232,7 @@ def test_run_links_point_into_the_mlflow_ui_only_for_a_server():
 
 def test_provenance_section_names_every_run_commit_and_data_version(store, report_dir):
     report = (report_dir / "report.md").read_text()
-    section = report[report.index("## Provenance"):report.index("## Configurations")]
+    section = report[report.index("## Provenance") : report.index("## Configurations")]
     for config, run_id in store.ids.items():
         assert f"| {config} | " in section and f"`{run_id}`" in section
     assert "runs/large-I.json" in section and "`raw:test/datasets:test`" in section and "`abc123`" in section
@@ -189,10 +253,26 @@ def pairs_study():
     for n, (config, rate) in enumerate(quality.items()):
         model, strategy = config.rsplit("-", 1)
         kind = "finetuned" if strategy == "finetuned" else "prompted"
-        runs.append({"config": config, "run_id": f"run{n}", "start_time": n, "model": model, "strategy": strategy,
-                     "kind": kind, "family": model, "architecture": "dense", "params_total_b": 1.0,
-                     "params_active_b": 1.0, "inductive_plus": "I" in strategy, "size_series": None,
-                     "git_commit": "c0ffee", "data_version": "raw:x/datasets:y", "seed": 13, "summary": f"{config}.json"})
+        runs.append(
+            {
+                "config": config,
+                "run_id": f"run{n}",
+                "start_time": n,
+                "model": model,
+                "strategy": strategy,
+                "kind": kind,
+                "family": model,
+                "architecture": "dense",
+                "params_total_b": 1.0,
+                "params_active_b": 1.0,
+                "inductive_plus": "I" in strategy,
+                "size_series": None,
+                "git_commit": "c0ffee",
+                "data_version": "raw:x/datasets:y",
+                "seed": 13,
+                "summary": f"{config}.json",
+            }
+        )
         metrics[config], artifacts[config] = {}, {}
         own = few if config == "m-A" else ids
         for task, dataset in (("timex", "base"), ("timex", "t2c")):
@@ -213,16 +293,22 @@ def test_each_pair_uses_the_instances_both_were_scored_on_and_the_report_says_so
         finetuned = summary["finetuned_pairs"][key]
         assert finetuned["comparisons"] == [{"instances": 400, "pairs": 1}]
         assert [(t["a"], t["b"], t["instances"], t["outcome"]) for t in finetuned["tests"]] == [
-            ("ft1-finetuned", "ft2-finetuned", 400, "better")]
+            ("ft1-finetuned", "ft2-finetuned", 400, "better")
+        ]
     pairwise = pd.read_csv(tmp_path / "first" / "tables" / "pairwise.csv")
     base = pairwise[pairwise["dataset"] == "timex/base"].set_index(["config_a", "config_b"])["instances"].to_dict()
     assert base == {("m-I", "m-D"): 400, ("m-I", "m-A"): 5, ("m-D", "m-A"): 5}
     report = written["report"].read_text()
-    assert ("- **prompted** (6 tests): pairs compared on different numbers of instances on timex/base: "
-            "1 pair(s) on 400, 2 pair(s) on 5; timex/t2c: 1 pair(s) on 400, 2 pair(s) on 5.") in report
-    assert "- **fine-tuned** (2 tests): every pair compared on the same instances on timex/base (400), timex/t2c (400)." in report
+    assert (
+        "- **prompted** (6 tests): pairs compared on different numbers of instances on timex/base: "
+        "1 pair(s) on 400, 2 pair(s) on 5; timex/t2c: 1 pair(s) on 400, 2 pair(s) on 5."
+    ) in report
+    assert (
+        "- **fine-tuned** (2 tests): every pair compared on the same instances on timex/base (400), timex/t2c (400)."
+        in report
+    )
     assert "| prompted | timex/base | 400 | 1 |" in report and "| prompted | timex/base | 5 | 2 |" in report
-    section = report[report.index("### Fine-tuned models compared (Figure 11)"):]
+    section = report[report.index("### Fine-tuned models compared (Figure 11)") :]
     assert "| timex/base | ft1-finetuned | ft2-finetuned | 400 |" in section
     comparisons = pd.read_csv(tmp_path / "first" / "tables" / "comparisons.csv")
     assert comparisons[comparisons["family"] == "fine-tuned"]["instances"].tolist() == [400, 400]

@@ -27,13 +27,30 @@ def noisy_stats(mean: float, seed: int, n: int = N) -> np.ndarray:
 def stacked(configs, arrays, ids=None):
     """A dataset where each configuration has its array's instances (ids ``i0``... unless given)."""
     ids = ids or [[f"i{k}" for k in range(len(array))] for array in arrays]
-    return DatasetStats("timex", "base", list(configs), {c: list(i) for c, i in zip(configs, ids)},
-                        {c: np.asarray(a, dtype=np.float64) for c, a in zip(configs, arrays)})
+    return DatasetStats(
+        "timex",
+        "base",
+        list(configs),
+        {c: list(i) for c, i in zip(configs, ids)},
+        {c: np.asarray(a, dtype=np.float64) for c, a in zip(configs, arrays)},
+    )
 
 
 def runs_table(rows):
-    table = pd.DataFrame(rows, columns=["config", "model", "strategy", "kind", "family", "architecture",
-                                        "params_total_b", "inductive_plus", "size_series"])
+    table = pd.DataFrame(
+        rows,
+        columns=[
+            "config",
+            "model",
+            "strategy",
+            "kind",
+            "family",
+            "architecture",
+            "params_total_b",
+            "inductive_plus",
+            "size_series",
+        ],
+    )
     return table.set_index("config")
 
 
@@ -94,7 +111,10 @@ def test_pairs_are_compared_on_the_instances_both_share():
     arrays = [noisy_stats(1.2, 0, 400), noisy_stats(1.0, 1, 400), noisy_stats(0.8, 2, 5)]
     data = stacked(["a", "b", "c"], arrays, [ids, ids, few])
     sets = rq.comparison_sets([data.ids[c] for c in data.configs])
-    assert [(len(s.ids), s.configs, s.pairs) for s in sets] == [(400, [0, 1], [(0, 1)]), (5, [0, 1, 2], [(0, 2), (1, 2)])]
+    assert [(len(s.ids), s.configs, s.pairs) for s in sets] == [
+        (400, [0, 1], [(0, 1)]),
+        (5, [0, 1, 2], [(0, 2), (1, 2)]),
+    ]
     test = rq.pairwise_tests({"timex/base": data}, resamples=300, seed=4)["timex/base"]
     assert test.instances.tolist() == [[400, 400, 5], [400, 400, 5], [5, 5, 5]]
     assert test.instance_counts() == [(400, 1), (5, 2)]
@@ -111,8 +131,11 @@ def test_pairs_are_compared_on_the_instances_both_share():
 
 
 def test_pairs_that_share_no_instance_are_untested_and_outside_the_family():
-    data = stacked(["a", "b", "c"], [constant_stats(2.0, 20), constant_stats(0.0, 20), constant_stats(1.0, 4)],
-                   [[f"i{k}" for k in range(20)]] * 2 + [["other0", "other1", "other2", "other3"]])
+    data = stacked(
+        ["a", "b", "c"],
+        [constant_stats(2.0, 20), constant_stats(0.0, 20), constant_stats(1.0, 4)],
+        [[f"i{k}" for k in range(20)]] * 2 + [["other0", "other1", "other2", "other3"]],
+    )
     tests = rq.pairwise_tests({"timex/base": data}, resamples=200, seed=0)
     test = tests["timex/base"]
     assert test.pairs == 1 and test.instance_counts() == [(20, 1), (0, 2)]
@@ -157,8 +180,11 @@ def test_unknown_correction_is_rejected():
 
 def test_comp_is_linked_to_both_base_sets():
     keys = ["timex/base", "timex/len", "eventx/base", "comp/base"]
-    assert rq.reference_links(keys) == [("timex/base", "timex/len"), ("timex/base", "comp/base"),
-                                        ("eventx/base", "comp/base")]
+    assert rq.reference_links(keys) == [
+        ("timex/base", "timex/len"),
+        ("timex/base", "comp/base"),
+        ("eventx/base", "comp/base"),
+    ]
 
 
 def test_planted_rank_reversal_gives_negative_rho_and_small_groups_say_why():
@@ -171,7 +197,9 @@ def test_planted_rank_reversal_gives_negative_rho_and_small_groups_say_why():
     assert rho.loc["timex/base", "timex/adv"] == pytest.approx(-1.0)
     assert rho.loc["timex/base", "timex/t2c"] == pytest.approx(1.0)
     assert result["all"].reason is None
-    assert result["all"].p_adjusted.loc["timex/base", "timex/adv"] >= result["all"].p_value.loc["timex/base", "timex/adv"]
+    assert (
+        result["all"].p_adjusted.loc["timex/base", "timex/adv"] >= result["all"].p_value.loc["timex/base", "timex/adv"]
+    )
     assert result["pair"].rho.isna().all().all()
     assert result["pair"].reason == "only 2 configuration(s); a rank correlation needs at least 3"
     assert rq.mean_off_diagonal(rho) == pytest.approx((-1 + 1 - 1) / 3)
@@ -192,15 +220,17 @@ def outcome(configs, better_pairs):
     return table
 
 
-RUNS = runs_table([
-    ("m1-I", "m1", "I", "prompted", "fam", "dense", 1.0, True, None),
-    ("m1-D", "m1", "D", "prompted", "fam", "dense", 1.0, False, None),
-    ("m2-I", "m2", "I", "prompted", "fam", "dense", 7.0, True, None),
-    ("m2-D", "m2", "D", "prompted", "fam", "dense", 7.0, False, None),
-    ("m3-I", "m3", "I", "prompted", "fam", "moe", 40.0, True, None),
-    ("m3-D", "m3", "D", "prompted", "fam", "moe", 40.0, False, None),
-    ("ft", "ft", "finetuned", "finetuned", "bert", "dense", 0.1, False, None),
-])
+RUNS = runs_table(
+    [
+        ("m1-I", "m1", "I", "prompted", "fam", "dense", 1.0, True, None),
+        ("m1-D", "m1", "D", "prompted", "fam", "dense", 1.0, False, None),
+        ("m2-I", "m2", "I", "prompted", "fam", "dense", 7.0, True, None),
+        ("m2-D", "m2", "D", "prompted", "fam", "dense", 7.0, False, None),
+        ("m3-I", "m3", "I", "prompted", "fam", "moe", 40.0, True, None),
+        ("m3-D", "m3", "D", "prompted", "fam", "moe", 40.0, False, None),
+        ("ft", "ft", "finetuned", "finetuned", "bert", "dense", 0.1, False, None),
+    ]
+)
 
 
 def test_strategy_pairs_count_model_dataset_cells_per_dimension():
@@ -244,11 +274,34 @@ def test_size_series_from_the_param_else_from_a_family_at_several_sizes():
 
 
 def test_error_breakdown_sums_configurations_and_gives_shares():
-    scores = pd.DataFrame([
-        {"config": "a", "task": "timex", "dataset": "t2c", "errors.missing": 6.0, "errors.spurious": 2.0, "errors.boundary": 2.0},
-        {"config": "b", "task": "timex", "dataset": "t2c", "errors.missing": 4.0, "errors.spurious": 4.0, "errors.boundary": 2.0},
-        {"config": "a", "task": "timex", "dataset": "base", "errors.missing": 0.0, "errors.spurious": 0.0, "errors.boundary": 0.0},
-    ])
+    scores = pd.DataFrame(
+        [
+            {
+                "config": "a",
+                "task": "timex",
+                "dataset": "t2c",
+                "errors.missing": 6.0,
+                "errors.spurious": 2.0,
+                "errors.boundary": 2.0,
+            },
+            {
+                "config": "b",
+                "task": "timex",
+                "dataset": "t2c",
+                "errors.missing": 4.0,
+                "errors.spurious": 4.0,
+                "errors.boundary": 2.0,
+            },
+            {
+                "config": "a",
+                "task": "timex",
+                "dataset": "base",
+                "errors.missing": 0.0,
+                "errors.spurious": 0.0,
+                "errors.boundary": 0.0,
+            },
+        ]
+    )
     table = rq.error_breakdown(scores).set_index("dataset")
     assert list(table.index) == ["timex/base", "timex/t2c"]
     assert table.loc["timex/t2c", ["configs", "missing", "spurious", "boundary"]].tolist() == [2, 10, 6, 4]
@@ -257,12 +310,14 @@ def test_error_breakdown_sums_configurations_and_gives_shares():
 
 
 def test_score_table_orders_datasets_as_the_study():
-    scores = pd.DataFrame([
-        {"config": "a", "task": "comp", "dataset": "base", "f1": 0.1},
-        {"config": "a", "task": "timex", "dataset": "len", "f1": 0.2},
-        {"config": "a", "task": "timex", "dataset": "base", "f1": 0.3},
-        {"config": "b", "task": "timex", "dataset": "base", "f1": 0.4},
-    ])
+    scores = pd.DataFrame(
+        [
+            {"config": "a", "task": "comp", "dataset": "base", "f1": 0.1},
+            {"config": "a", "task": "timex", "dataset": "len", "f1": 0.2},
+            {"config": "a", "task": "timex", "dataset": "base", "f1": 0.3},
+            {"config": "b", "task": "timex", "dataset": "base", "f1": 0.4},
+        ]
+    )
     table = rq.score_table(scores, ["b", "a"])
     assert list(table.columns) == ["timex/base", "timex/len", "comp/base"]
     assert list(table.index) == ["b", "a"] and np.isnan(table.loc["b", "timex/len"])

@@ -45,14 +45,16 @@ BASE = [
 ]
 TRAIN = [
     _record(f"t{n}#s0", text, [span])
-    for n, (text, span) in enumerate([
-        ("He called yesterday .", "yesterday"),
-        ("The talks resume on Monday .", "Monday"),
-        ("Sales doubled in 2004 .", "2004"),
-        ("They waited three hours .", "three hours"),
-        ("The plant closed last year .", "last year"),
-        ("Rain is expected tonight .", "tonight"),
-    ])
+    for n, (text, span) in enumerate(
+        [
+            ("He called yesterday .", "yesterday"),
+            ("The talks resume on Monday .", "Monday"),
+            ("Sales doubled in 2004 .", "2004"),
+            ("They waited three hours .", "three hours"),
+            ("The plant closed last year .", "last year"),
+            ("Rain is expected tonight .", "tonight"),
+        ]
+    )
 ]
 # (model id, inductive prompt?) -> input sentence -> answer: the two models differ, and each
 # answers better when the prompt holds exemplars (strategy I), so all four runs differ.
@@ -107,8 +109,14 @@ def free_port() -> int:
 
 
 def sweep(
-    root: Path, name: str, base_url: str, tracking_uri: str, launcher: str | None = None,
-    extra: Iterable[str] = (), env_extra: dict[str, str] | None = None, timeout: float = 240,
+    root: Path,
+    name: str,
+    base_url: str,
+    tracking_uri: str,
+    launcher: str | None = None,
+    extra: Iterable[str] = (),
+    env_extra: dict[str, str] | None = None,
+    timeout: float = 240,
 ) -> subprocess.CompletedProcess:
     """The 2x2 multirun, with its own cache and sweep folder ``root/{name}-*``."""
     env = {k: v for k, v in os.environ.items() if k not in ("OPENROUTER_API_KEY", "MLFLOW_TRACKING_URI")}
@@ -132,7 +140,11 @@ def sweep(
     ]
     return subprocess.run(
         [sys.executable, "-m", "src.run", "-m", *overrides],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
 
 

@@ -56,17 +56,21 @@ def test_the_reference_sweep_is_not_trivial(sequential):
     assert all(0 < value <= 1 for value in f1.values()), f1
 
 
-@pytest.mark.parametrize("launcher, plugin", [
-    ("local_joblib", "hydra_plugins.hydra_joblib_launcher"),
-    ("local_submitit", "hydra_plugins.hydra_submitit_launcher"),
-])
+@pytest.mark.parametrize(
+    "launcher, plugin",
+    [
+        ("local_joblib", "hydra_plugins.hydra_joblib_launcher"),
+        ("local_submitit", "hydra_plugins.hydra_submitit_launcher"),
+    ],
+)
 def test_launcher_sweep_matches_the_sequential_sweep(workspace, server, sequential, launcher, plugin):
     pytest.importorskip(plugin, reason=f"{plugin} not installed: pip install -e '.[scale]'")
     uri = f"sqlite:///{workspace / f'{launcher}.db'}"
     # No pre-created store: the concurrent jobs' first use of a fresh SQLite file is safe (src.tracking).
     before = server.request_count
-    done = harness.sweep(workspace, launcher, server.base_url, uri, launcher=launcher,
-                         env_extra={"TEMPGEN_N_JOBS": "2"})
+    done = harness.sweep(
+        workspace, launcher, server.base_url, uri, launcher=launcher, env_extra={"TEMPGEN_N_JOBS": "2"}
+    )
     assert done.returncode == 0, harness.describe(done)
     assert server.request_count - before == 4 * 2
     check_same_results(harness.finished_runs(uri), sequential)
@@ -77,13 +81,16 @@ def test_launcher_sweep_matches_the_sequential_sweep(workspace, server, sequenti
         assert (workspace / f"{launcher}-multirun" / ".submitit").is_dir()
 
 
-@pytest.mark.parametrize("launcher, plugin, target", [
-    ("local_joblib", "hydra_plugins.hydra_joblib_launcher", "joblib_launcher.JoblibLauncher"),
-    ("local_submitit", "hydra_plugins.hydra_submitit_launcher", "submitit_launcher.LocalLauncher"),
-    ("slurm", "hydra_plugins.hydra_submitit_launcher", "submitit_launcher.SlurmLauncher"),
-    ("local_ray", "hydra_plugins.hydra_ray_launcher", "ray_launcher.RayLauncher"),
-    ("ray_cluster", "hydra_plugins.hydra_ray_launcher", "ray_launcher.RayLauncher"),
-])
+@pytest.mark.parametrize(
+    "launcher, plugin, target",
+    [
+        ("local_joblib", "hydra_plugins.hydra_joblib_launcher", "joblib_launcher.JoblibLauncher"),
+        ("local_submitit", "hydra_plugins.hydra_submitit_launcher", "submitit_launcher.LocalLauncher"),
+        ("slurm", "hydra_plugins.hydra_submitit_launcher", "submitit_launcher.SlurmLauncher"),
+        ("local_ray", "hydra_plugins.hydra_ray_launcher", "ray_launcher.RayLauncher"),
+        ("ray_cluster", "hydra_plugins.hydra_ray_launcher", "ray_launcher.RayLauncher"),
+    ],
+)
 def test_launcher_configs_compose_on_the_plugins_schemas(launcher, plugin, target, monkeypatch):
     """Each conf/hydra/launcher file extends its plugin's config; required values fail until given."""
     pytest.importorskip(plugin, reason=f"{plugin} not installed")
@@ -95,9 +102,18 @@ def test_launcher_configs_compose_on_the_plugins_schemas(launcher, plugin, targe
         monkeypatch.delenv(name, raising=False)
     with initialize_config_dir(config_dir=str(harness.ROOT / "conf"), version_base="1.3"):
         cfg = compose("config", overrides=[f"hydra/launcher={launcher}"], return_hydra_config=True)
-        given = compose("config", return_hydra_config=True, overrides=[
-            f"hydra/launcher={launcher}", "hydra.launcher.partition=gpu" if launcher == "slurm"
-            else "hydra.launcher.ray.init.address=ray://head:10001" if launcher == "ray_cluster" else "seed=13"])
+        given = compose(
+            "config",
+            return_hydra_config=True,
+            overrides=[
+                f"hydra/launcher={launcher}",
+                "hydra.launcher.partition=gpu"
+                if launcher == "slurm"
+                else "hydra.launcher.ray.init.address=ray://head:10001"
+                if launcher == "ray_cluster"
+                else "seed=13",
+            ],
+        )
     node = cfg.hydra.launcher
     assert node._target_.endswith(target)
     required = {"slurm": "partition", "ray_cluster": "ray.init.address"}.get(launcher)

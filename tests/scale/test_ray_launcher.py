@@ -16,7 +16,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 
 def test_ray_sweep_matches_the_sequential_sweep(tmp_path):
     pytest.importorskip("ray", reason="ray not installed: pip install -e '.[ray]'")
-    pytest.importorskip("hydra_plugins.hydra_ray_launcher", reason="hydra-ray-launcher not installed: pip install -e '.[ray]'")
+    pytest.importorskip(
+        "hydra_plugins.hydra_ray_launcher", reason="hydra-ray-launcher not installed: pip install -e '.[ray]'"
+    )
     harness.write_workspace(tmp_path)
     with harness.model_server() as server:
         reference_uri = f"sqlite:///{tmp_path / 'sequential.db'}"
@@ -24,8 +26,15 @@ def test_ray_sweep_matches_the_sequential_sweep(tmp_path):
         assert done.returncode == 0, harness.describe(done)
         uri = f"sqlite:///{tmp_path / 'ray.db'}"
         before = server.request_count
-        done = harness.sweep(tmp_path, "ray", server.base_url, uri, launcher="local_ray",
-                             env_extra={"TEMPGEN_N_JOBS": "2", "RAY_USAGE_STATS_ENABLED": "0"}, timeout=360)
+        done = harness.sweep(
+            tmp_path,
+            "ray",
+            server.base_url,
+            uri,
+            launcher="local_ray",
+            env_extra={"TEMPGEN_N_JOBS": "2", "RAY_USAGE_STATS_ENABLED": "0"},
+            timeout=360,
+        )
         assert done.returncode == 0, harness.describe(done)
         assert server.request_count - before == 4 * 2
     runs, reference = harness.finished_runs(uri), harness.finished_runs(reference_uri)

@@ -36,9 +36,19 @@ import pytest
 pytestmark = pytest.mark.timeout(300)
 
 CHROMIUM = os.environ.get("CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--disable-dev-shm-usage", "--hide-scrollbars", "--mute-audio"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+    "--hide-scrollbars",
+    "--mute-audio",
+]
 PROBE_ID = "tempgen-probe"
 # Runs after the load event (which waits for every image): the result goes into the DOM,
 # which --dump-dom prints.
@@ -187,8 +197,9 @@ def test_a_screenshot_of_the_report_is_not_blank(served, tmp_path):
 
     base, _ = served
     shot = tmp_path / "report.png"
-    done = chromium(tmp_path, "--window-size=1280,2400", "--virtual-time-budget=10000",
-                    f"--screenshot={shot}", base + "report.html")
+    done = chromium(
+        tmp_path, "--window-size=1280,2400", "--virtual-time-budget=10000", f"--screenshot={shot}", base + "report.html"
+    )
     assert done.returncode == 0 and shot.exists(), done.stderr[-3000:]
     with Image.open(shot) as image:
         assert image.format == "PNG" and image.size == (1280, 2400)

@@ -24,17 +24,29 @@ from tests.scale import harness
 
 pytestmark = pytest.mark.timeout(300)
 
-pytest.importorskip("hydra_plugins.hydra_joblib_launcher", reason="hydra-joblib-launcher not installed: pip install -e '.[scale]'")
+pytest.importorskip(
+    "hydra_plugins.hydra_joblib_launcher", reason="hydra-joblib-launcher not installed: pip install -e '.[scale]'"
+)
 
 
 @pytest.fixture()
 def tracking_server(tmp_path):
     port = harness.free_port()
     mlflow_cli = Path(sys.executable).with_name("mlflow")
-    command = [str(mlflow_cli) if mlflow_cli.exists() else shutil.which("mlflow") or "mlflow", "server",
-               "--backend-store-uri", f"sqlite:///{tmp_path / 'db.sqlite'}",
-               "--artifacts-destination", str(tmp_path / "artifacts"),
-               "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
+    command = [
+        str(mlflow_cli) if mlflow_cli.exists() else shutil.which("mlflow") or "mlflow",
+        "server",
+        "--backend-store-uri",
+        f"sqlite:///{tmp_path / 'db.sqlite'}",
+        "--artifacts-destination",
+        str(tmp_path / "artifacts"),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--workers",
+        "1",
+    ]
     log = open(tmp_path / "server.log", "w")
     env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
     # No job runner (7 huey consumers, for GenAI jobs this project does not use): on two
@@ -69,8 +81,9 @@ def test_joblib_sweep_logs_runs_and_artifacts_to_a_tracking_server(tracking_serv
     url, root = tracking_server
     harness.write_workspace(root)
     with harness.model_server() as model:
-        done = harness.sweep(root, "server", model.base_url, url, launcher="local_joblib",
-                             env_extra={"TEMPGEN_N_JOBS": "2"})
+        done = harness.sweep(
+            root, "server", model.base_url, url, launcher="local_joblib", env_extra={"TEMPGEN_N_JOBS": "2"}
+        )
         assert done.returncode == 0, harness.describe(done)
         reference_uri = f"sqlite:///{root / 'reference.db'}"
         reference = harness.sweep(root, "reference", model.base_url, reference_uri)

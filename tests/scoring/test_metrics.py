@@ -99,8 +99,16 @@ def test_instance_with_boundary_duplicate_and_out_of_text_prediction():
     # sim: "the last week"-"last week" = 2/3, "Friday"-"Friday" = 1; the second "Friday" is spurious.
     score = score_instance(TEXT, TIMEX_RECORD.spans, ["the last week", "Friday", "Friday"])
     assert score == InstanceScore(
-        lcs=pytest.approx(5 / 3), strict=1, relaxed=2, n_pred=3, n_gold=2,
-        exact=1, boundary=1, missing=0, spurious=1, not_in_text=1,
+        lcs=pytest.approx(5 / 3),
+        strict=1,
+        relaxed=2,
+        n_pred=3,
+        n_gold=2,
+        exact=1,
+        boundary=1,
+        missing=0,
+        spurious=1,
+        not_in_text=1,
     )
     result = score_pairs([(TIMEX_RECORD, ["the last week", "Friday", "Friday"])])
     assert result.prf("lcs") == pytest.approx((5 / 9, 5 / 6, 2 / 3))

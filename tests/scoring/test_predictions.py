@@ -12,8 +12,13 @@ from src.scoring.metrics import PredictedSpan
 from src.scoring.predictions import load_pairs, pair_predictions, read_gold, read_predictions
 
 GOLD_LINES = [
-    {"id": "a", "doc_id": "d", "text": "He left on Monday.", "source": "t",
-     "spans": [{"start": 11, "end": 17, "text": "Monday", "label": "TIMEX"}]},
+    {
+        "id": "a",
+        "doc_id": "d",
+        "text": "He left on Monday.",
+        "source": "t",
+        "spans": [{"start": 11, "end": 17, "text": "Monday", "label": "TIMEX"}],
+    },
     {"id": "b", "doc_id": "d", "text": "Nothing.", "source": "t", "spans": []},
 ]
 
@@ -29,12 +34,15 @@ def gold_file(tmp_path):
 
 
 def test_reads_strings_and_labelled_objects_and_pairs_in_gold_order(tmp_path, gold_file):
-    pred = write_lines(tmp_path / "pred.jsonl", [
-        {"id": "b", "predictions": [], "raw": "ignored extra key"},
-        {"id": "a", "predictions": ["Monday", {"text": "left", "label": "EVENT"}, {"text": "x", "label": None}]},
-        "",  # blank lines at the end are fine
-        "  ",
-    ])
+    pred = write_lines(
+        tmp_path / "pred.jsonl",
+        [
+            {"id": "b", "predictions": [], "raw": "ignored extra key"},
+            {"id": "a", "predictions": ["Monday", {"text": "left", "label": "EVENT"}, {"text": "x", "label": None}]},
+            "",  # blank lines at the end are fine
+            "  ",
+        ],
+    )
     predictions = read_predictions(pred)
     assert predictions["a"] == (2, [PredictedSpan("Monday"), PredictedSpan("left", "EVENT"), PredictedSpan("x")])
     pairs = load_pairs(gold_file, pred)
@@ -75,9 +83,14 @@ def test_id_missing_from_predictions_names_the_gold_line(tmp_path, gold_file):
 
 
 def test_id_not_in_gold_names_the_prediction_line(tmp_path, gold_file):
-    pred = write_lines(tmp_path / "pred.jsonl", [
-        {"id": "a", "predictions": []}, {"id": "b", "predictions": []}, {"id": "zz", "predictions": []},
-    ])
+    pred = write_lines(
+        tmp_path / "pred.jsonl",
+        [
+            {"id": "a", "predictions": []},
+            {"id": "b", "predictions": []},
+            {"id": "zz", "predictions": []},
+        ],
+    )
     with pytest.raises(DataError, match=r"pred.jsonl:3: id 'zz' is not in the gold file"):
         load_pairs(gold_file, pred)
 
@@ -112,16 +125,34 @@ def test_blank_line_between_records_is_an_error(tmp_path):
     [
         (b"", "pred.jsonl: no records"),
         (b"\n\n", "pred.jsonl: no records"),
-        (b'{"id": "a", "predictions": [], "predictions": ["x"]}\n', "pred.jsonl:1: invalid JSON (duplicated key 'predictions')"),
-        (b'{"id": "a", "predictions": [{"text": "x", "text": "y"}]}\n', "pred.jsonl:1: invalid JSON (duplicated key 'text')"),
-        ('{"id": "\u00e9", "predictions": []}\n'.encode("latin-1"), "pred.jsonl:1: not UTF-8 text (byte 0xe9 at column 9)"),
+        (
+            b'{"id": "a", "predictions": [], "predictions": ["x"]}\n',
+            "pred.jsonl:1: invalid JSON (duplicated key 'predictions')",
+        ),
+        (
+            b'{"id": "a", "predictions": [{"text": "x", "text": "y"}]}\n',
+            "pred.jsonl:1: invalid JSON (duplicated key 'text')",
+        ),
+        (
+            '{"id": "\u00e9", "predictions": []}\n'.encode("latin-1"),
+            "pred.jsonl:1: not UTF-8 text (byte 0xe9 at column 9)",
+        ),
         ('{"id": "a", "predictions": []}\n'.encode("utf-16"), "pred.jsonl:1: not UTF-8 text (byte 0xff at column 1)"),
         (b"[" * 100_000 + b"\n", "pred.jsonl:1: invalid JSON (nested too deeply)"),
         (b'{"id": "a", "predictions": [], "n": NaN}\n', "pred.jsonl:1: invalid JSON (NaN is not valid JSON"),
-        (b'{"id": "a", "predictions": [], "n": 1e400}\n', "pred.jsonl:1: invalid JSON (number '1e400' is out of range)"),
-        (b'{"id": "a", "predictions": [], "n": ' + b"7" * 5000 + b"}\n", "invalid JSON (integer with 5000 digits is out of range)"),
+        (
+            b'{"id": "a", "predictions": [], "n": 1e400}\n',
+            "pred.jsonl:1: invalid JSON (number '1e400' is out of range)",
+        ),
+        (
+            b'{"id": "a", "predictions": [], "n": ' + b"7" * 5000 + b"}\n",
+            "invalid JSON (integer with 5000 digits is out of range)",
+        ),
         (b'{"id": "a", "predictions": [true]}\n', "pred.jsonl:1: predictions[0] must be a string or"),
-        (b'{"id": "a", "predictions": [{"text": "x", "label": "timex"}]}\n', "predictions[0].label 'timex' is not one of"),
+        (
+            b'{"id": "a", "predictions": [{"text": "x", "label": "timex"}]}\n',
+            "predictions[0].label 'timex' is not one of",
+        ),
     ],
 )
 def test_reader_rejects_encodings_duplicate_keys_and_unbounded_numbers(tmp_path, content, message):

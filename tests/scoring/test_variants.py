@@ -59,84 +59,138 @@ class Case:
 # best = each side's best partner.
 CASES = [
     Case(
-        "identical span", make_record("since last week", [("last week", T)]), ["last week"], 1, 1,
+        "identical span",
+        make_record("since last week", [("last week", T)]),
+        ["last week"],
+        1,
+        1,
         # every variant: run = whole span on both sides -> 1, 1
         ((1, 1), (1, 1), (1, 1), (1, 1), (1, 1)),
     ),
     Case(
-        "contiguous vs subsequence", make_record("in the last week", [("the last week", T)]), ["the week"], 1, 1,
+        "contiguous vs subsequence",
+        make_record("in the last week", [("the last week", T)]),
+        ["the week"],
+        1,
+        1,
         # paper: LCS(the week, the last week) = 2, max 3 -> 2/3
         # tok: longest contiguous run 1 ("the" or "week"): P 1/2, R 1/3
         # chr: "the week" (8) vs "the last week" (13): longest common substring " week" = 5 -> 5/8, 5/13
         ((2 / 3, 2 / 3), (1 / 2, 1 / 3), (1 / 2, 1 / 3), (5 / 8, 5 / 13), (5 / 8, 5 / 13)),
     ),
     Case(
-        "punctuation split vs attached", make_record("on Jan. 5 we", [("Jan. 5", T)]), ["Jan 5"], 1, 1,
+        "punctuation split vs attached",
+        make_record("on Jan. 5 we", [("Jan. 5", T)]),
+        ["Jan 5"],
+        1,
+        1,
         # paper words: [Jan, 5] vs [Jan, ., 5]: LCS 2, max 3 -> 2/3
         # tok: [jan, 5] vs [jan., 5]: run 1 ("5"), |p| = |g| = 2 -> 1/2, 1/2
         # chr: "jan 5" (5) vs "jan. 5" (6): run "jan" = 3 -> 3/5, 3/6
         ((2 / 3, 2 / 3), (1 / 2, 1 / 2), (1 / 2, 1 / 2), (3 / 5, 1 / 2), (3 / 5, 1 / 2)),
     ),
     Case(
-        "trailing punctuation", make_record("on Friday", [("Friday", T)]), ["Friday,"], 1, 1,
+        "trailing punctuation",
+        make_record("on Friday", [("Friday", T)]),
+        ["Friday,"],
+        1,
+        1,
         # paper words: [Friday, ","] vs [Friday]: 1/2
         # tok: "friday," != "friday" -> run 0
         # chr: "friday," (7) vs "friday" (6): run 6 -> 6/7, 6/6
         ((1 / 2, 1 / 2), (0, 0), (0, 0), (6 / 7, 1), (6 / 7, 1)),
     ),
     Case(
-        "case differs", make_record("on Friday", [("Friday", T)]), ["FRIDAY"], 1, 1,
+        "case differs",
+        make_record("on Friday", [("Friday", T)]),
+        ["FRIDAY"],
+        1,
+        1,
         # paper is case-sensitive by default: 0; the released scorer lower-cases: 1
         ((0, 0), (1, 1), (1, 1), (1, 1), (1, 1)),
     ),
     Case(
-        "doubled whitespace", make_record("last week", [("last week", T)]), ["last  week"], 1, 1,
+        "doubled whitespace",
+        make_record("last week", [("last week", T)]),
+        ["last  week"],
+        1,
+        1,
         # paper and tok: same words/tokens -> 1
         # chr: "last  week" (10) vs "last week" (9): run "last " or " week" = 5 -> 5/10, 5/9
         ((1, 1), (1, 1), (1, 1), (1 / 2, 5 / 9), (1 / 2, 5 / 9)),
     ),
     Case(
-        "word order", make_record("last week", [("last week", T)]), ["week last"], 1, 1,
+        "word order",
+        make_record("last week", [("last week", T)]),
+        ["week last"],
+        1,
+        1,
         # paper: LCS 1 of max 2 -> 1/2; tok: run 1 of 2 -> 1/2, 1/2
         # chr: "week last" vs "last week" (9 each): run "last" or "week" = 4 -> 4/9, 4/9
         ((1 / 2, 1 / 2), (1 / 2, 1 / 2), (1 / 2, 1 / 2), (4 / 9, 4 / 9), (4 / 9, 4 / 9)),
     ),
     Case(
-        "duplicated prediction", make_record("on Friday", [("Friday", T)]), ["Friday", "Friday"], 2, 1,
+        "duplicated prediction",
+        make_record("on Friday", [("Friday", T)]),
+        ["Friday", "Friday"],
+        2,
+        1,
         # not de-duplicated: n_pred 2. 1:1: one of the two matches -> 1, 1.
         # best-of: both predictions take the one gold -> p_sum 1 + 1 = 2, r_sum 1
         ((1, 1), (1, 1), (2, 1), (1, 1), (2, 1)),
     ),
     Case(
-        "two gold, one prediction", make_record("Friday and Friday", [("Friday", T), ("Friday", T)]), ["Friday"], 1, 2,
+        "two gold, one prediction",
+        make_record("Friday and Friday", [("Friday", T), ("Friday", T)]),
+        ["Friday"],
+        1,
+        2,
         # 1:1: one gold matched -> 1, 1; best-of: both gold spans take the prediction -> r_sum 2
         ((1, 1), (1, 1), (1, 2), (1, 1), (1, 2)),
     ),
     Case(
-        "no predictions", make_record("last week on Friday", [("last week", T), ("Friday", T)]), [], 0, 2,
+        "no predictions",
+        make_record("last week on Friday", [("last week", T), ("Friday", T)]),
+        [],
+        0,
+        2,
         # nothing matched; the gold spans still count (n_gold 2)
         ((0, 0), (0, 0), (0, 0), (0, 0), (0, 0)),
     ),
     Case(
-        "no gold", make_record("nothing here", []), ["Friday"], 1, 0,
+        "no gold",
+        make_record("nothing here", []),
+        ["Friday"],
+        1,
+        0,
         # nothing to match; the prediction still counts (n_pred 1)
         ((0, 0), (0, 0), (0, 0), (0, 0), (0, 0)),
     ),
     Case(
-        "empty prediction string", make_record("on Friday", [("Friday", T)]), ["", "Friday"], 2, 1,
+        "empty prediction string",
+        make_record("on Friday", [("Friday", T)]),
+        ["", "Friday"],
+        2,
+        1,
         # "" has no words/tokens/characters: similarity 0 everywhere; "Friday" matches exactly.
         # best-of p_sum = 0 + 1, r_sum = 1
         ((1, 1), (1, 1), (1, 1), (1, 1), (1, 1)),
     ),
     Case(
-        "comp: wrong types", make_record("He met her yesterday.", [("met", E), ("yesterday", T)]),
-        [{"text": "yesterday", "label": E}, {"text": "met", "label": T}], 2, 2,
+        "comp: wrong types",
+        make_record("He met her yesterday.", [("met", E), ("yesterday", T)]),
+        [{"text": "yesterday", "label": E}, {"text": "met", "label": T}],
+        2,
+        2,
         # paper: labels differ -> similarity 0 for both; released pools untyped -> both exact: 2, 2
         ((0, 0), (2, 2), (2, 2), (2, 2), (2, 2)),
     ),
     Case(
-        "comp: one untyped span over both", make_record("He met her yesterday.", [("met", E), ("yesterday", T)]),
-        ["met yesterday"], 1, 2,
+        "comp: one untyped span over both",
+        make_record("He met her yesterday.", [("met", E), ("yesterday", T)]),
+        ["met yesterday"],
+        1,
+        2,
         # paper: LCS 1 of max 2 with either gold -> 1/2
         # tok: run 1 with each gold: P weight 1/2, R weight 1/1; 1:1 -> 1/2, 1; best -> 1/2, 1 + 1 = 2
         # chr: "met yesterday" (13): with "yesterday" run 9 -> P 9/13, R 1; with "met" run 3 -> P 3/13, R 1
@@ -144,8 +198,11 @@ CASES = [
         ((1 / 2, 1 / 2), (1 / 2, 1), (1 / 2, 2), (9 / 13, 1), (9 / 13, 2)),
     ),
     Case(
-        "best-of vs one-to-one", make_record("last week on Friday", [("last week", T), ("Friday", T)]),
-        ["last week on Friday"], 1, 2,
+        "best-of vs one-to-one",
+        make_record("last week on Friday", [("last week", T), ("Friday", T)]),
+        ["last week on Friday"],
+        1,
+        2,
         # paper: words 4; LCS 2 with "last week" -> 2/4, 1 with "Friday" -> 1/4; one match -> 1/2
         # tok: P weights 2/4, 1/4; R weights 2/2, 1/1; 1:1 -> 1/2, 1; best -> 1/2, 1 + 1 = 2
         # chr: 19 chars: with "last week" (9) run 9 -> P 9/19, R 1; with "friday" (6) run 6 -> P 6/19, R 1
@@ -153,7 +210,10 @@ CASES = [
     ),
     Case(
         "asymmetric normalisation",
-        make_record("in the last twenty four hours", [("the last twenty four hours", T)]), ["last twenty four"], 1, 1,
+        make_record("in the last twenty four hours", [("the last twenty four hours", T)]),
+        ["last twenty four"],
+        1,
+        1,
         # paper: LCS 3 of max 5 -> 3/5; tok: run 3 -> 3/3, 3/5
         # chr: the 16 characters of the prediction lie in the 26 of the gold -> 16/16, 16/26
         ((3 / 5, 3 / 5), (1, 3 / 5), (1, 3 / 5), (1, 8 / 13), (1, 8 / 13)),
@@ -161,7 +221,9 @@ CASES = [
     Case(
         "separate P and R assignments",
         make_record("last week, the whole week long", [("last week", T), ("the whole week long", T)]),
-        ["since last week ended", "last"], 2, 2,
+        ["since last week ended", "last"],
+        2,
+        2,
         # rows p1 = "since last week ended" (4 tokens, 21 chars), p2 = "last" (1, 4);
         # cols g1 = "last week" (2, 9), g2 = "the whole week long" (4, 19).
         # paper sim [[2/4, 1/4], [1/2, 0]]: diagonal 1/2, anti-diagonal 3/4 -> 3/4
@@ -176,8 +238,11 @@ CASES = [
         ((3 / 4, 3 / 4), (5 / 4, 1), (3 / 2, 5 / 4), (9 / 7, 20 / 19), (10 / 7, 25 / 19)),
     ),
     Case(
-        "characters shared by different words", make_record("Friday or Monday", [("Friday", T), ("Monday", T)]),
-        ["Friday", "Friday"], 2, 2,
+        "characters shared by different words",
+        make_record("Friday or Monday", [("Friday", T), ("Monday", T)]),
+        ["Friday", "Friday"],
+        2,
+        2,
         # paper and tok: "Friday" vs "Monday" share nothing; one Friday-Friday match -> 1
         # tok best: both predictions take gold "Friday" -> P 2; R: 1 for Friday, 0 for Monday -> 1
         # chr: "friday" vs "monday" share "day" (3 of 6): weights [[1, 1/2], [1, 1/2]] on both sides
@@ -330,7 +395,10 @@ def test_released_variants_equal_brute_force_on_random_instances():
         if spec.primary:
             continue
         expected = np.array(
-            [reference_stats(preds, [s.text for s in record.spans], spec.unit, spec.matching) for record, preds in pairs]
+            [
+                reference_stats(preds, [s.text for s in record.spans], spec.unit, spec.matching)
+                for record, preds in pairs
+            ]
         )
         np.testing.assert_allclose(scores[name].stats[:, :2], expected, rtol=1e-12, atol=1e-12, err_msg=name)
         counts = [(len(preds), len(record.spans)) for record, preds in pairs]
@@ -373,7 +441,9 @@ def test_empty_dataset_scores_zero():
 
 def test_metric_names_and_flat_metrics():
     assert metric_names("timex", "base", "paper") == {
-        "f1": "timex.base.f1", "precision": "timex.base.precision", "recall": "timex.base.recall"
+        "f1": "timex.base.f1",
+        "precision": "timex.base.precision",
+        "recall": "timex.base.recall",
     }
     assert metric_names("comp", "base", "released_char")["f1"] == "comp.base.released_char.f1"
     by_name = {case.name: case for case in CASES}
@@ -383,11 +453,15 @@ def test_metric_names_and_flat_metrics():
     assert flat == pytest.approx(
         {
             # paper: matched 1/2 of 1 prediction, 2 gold -> P 1/2, R 1/4, F1 1/3
-            "timex.base.f1": 1 / 3, "timex.base.precision": 1 / 2, "timex.base.recall": 1 / 4,
+            "timex.base.f1": 1 / 3,
+            "timex.base.precision": 1 / 2,
+            "timex.base.recall": 1 / 4,
             # best-of: p_sum 1/2 -> P 1/2; r_sum 2 -> R 1; F1 2/3
-            "timex.base.released_best.f1": 2 / 3, "timex.base.released_best.precision": 1 / 2,
+            "timex.base.released_best.f1": 2 / 3,
+            "timex.base.released_best.precision": 1 / 2,
             "timex.base.released_best.recall": 1.0,
-            "timex.base.released_best.f1_ci_low": 0.1, "timex.base.released_best.f1_ci_high": 0.9,
+            "timex.base.released_best.f1_ci_low": 0.1,
+            "timex.base.released_best.f1_ci_high": 0.9,
         }
     )
     block = scores["released_best"].to_dict()
