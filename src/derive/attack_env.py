@@ -31,7 +31,9 @@ def use_nltk_data(path: str | Path | None = None) -> Path:
     """Put ``path`` (default :func:`default_nltk_data`) first on NLTK's data path; returns it."""
     folder = Path(path) if path is not None else default_nltk_data()
     if not (folder / "corpora" / "stopwords").is_dir():
-        raise FileNotFoundError(f"{folder} holds no corpora/stopwords: run `dvc pull data.dvc` (README, 'Data sources and licences')")
+        raise FileNotFoundError(
+            f"{folder} holds no corpora/stopwords: run `dvc pull data.dvc` (README, 'Data sources and licences')"
+        )
     if str(folder) not in nltk.data.path:
         nltk.data.path.insert(0, str(folder))
     return folder

@@ -8,7 +8,10 @@ candidate is a word swap of the original (exact), else by span strings in order 
 
 from __future__ import annotations
 
+from textattack.shared.utils import words_from_text
+
 from src.data.schema import Record, Span
+from src.data.text import word_offsets
 from src.derive import attack_env  # noqa: F401  (NLTK data path, before textattack)
 from src.derive.alignment import (
     AlignmentError,
@@ -18,8 +21,6 @@ from src.derive.alignment import (
     word_swap_edits,
 )
 from src.finetune.bio import non_overlapping, record_to_bio
-from src.data.text import word_offsets
-from textattack.shared.utils import words_from_text
 
 Bio = tuple[list[str], list[tuple[int, int]], list[str]]
 

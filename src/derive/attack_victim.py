@@ -7,14 +7,15 @@ varying length ("Got N outputs for 1 inputs"); the wrapper therefore returns one
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
-
-from src.derive import attack_env  # noqa: F401  (NLTK data path, before textattack)
-from src.data.text import word_offsets
 from textattack.models.wrappers import ModelWrapper
+
+from src.data.text import word_offsets
+from src.derive import attack_env  # noqa: F401  (NLTK data path, before textattack)
 
 WordSplitter = Callable[[str], list[tuple[int, int]]]
 

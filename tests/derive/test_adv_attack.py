@@ -11,18 +11,17 @@ import editdistance
 import nltk
 import numpy as np
 import pytest
+import textattack  # noqa: E402  (after attack_env, which sets the NLTK data path)
+from textattack.shared import AttackedText  # noqa: E402
 
 from src.data.schema import Record, Span, check_spans
 from src.derive import attack_env
-
-import textattack  # noqa: E402  (after attack_env, which sets the NLTK data path)
 from src.derive.adv import AttackOutcome, build_attacker, choose, summarize  # noqa: E402
 from src.derive.attack_constraints import ProtectGoldSpans, SpacyPartOfSpeech  # noqa: E402
 from src.derive.attack_goal import MislabelGoldWords  # noqa: E402
 from src.derive.attack_gold import GoldTracker  # noqa: E402
 from src.derive.attack_recipes import CharAttackSettings, WordAttackSettings  # noqa: E402
 from src.derive.attack_victim import VictimModel, WordProbs  # noqa: E402
-from textattack.shared import AttackedText  # noqa: E402
 
 TIME_WORDS = {"monday", "last", "week", "friday", "1990", "yesterday", "month"}
 CUES = {"reported", "quickly", "profits", "announced", "strong", "sharply"}
@@ -98,11 +97,11 @@ def test_goal_counts_mislabelled_gold_words_and_scores_confidence_first():
     victim = VictimModel(CueVictim(), splitter=tracker.word_offsets)
     goal = MislabelGoldWords(victim, tracker, threshold=0.5)
     tracker.reset(RECORDS[1])
-    three_cues, = victim([RECORDS[1].text])
+    (three_cues,) = victim([RECORDS[1].text])
     assert isinstance(three_cues, WordProbs)
     assert goal.mislabelling(three_cues).rate == 0.0
-    one_cue, = victim(["Profits rose a lot last week and weak sales noted."])
-    two_cues, = victim(["Profits rose sharply last week and weak sales noted."])
+    (one_cue,) = victim(["Profits rose a lot last week and weak sales noted."])
+    (two_cues,) = victim(["Profits rose sharply last week and weak sales noted."])
     assert goal.mislabelling(one_cue).rate == 1.0 and goal._is_goal_complete(one_cue, None)
     assert not goal._is_goal_complete(two_cues, None)
     assert goal._get_score(three_cues, None) < goal._get_score(two_cues, None) < goal._get_score(one_cue, None)
@@ -144,9 +143,16 @@ def test_choose_prefers_success_then_damage_then_fewer_changes():
 
 @pytest.mark.parametrize("bound", [1, 4])
 def test_deepwordbug_edits_stay_within_the_edit_distance_and_off_the_spans(bound):
-    attacker = build_attacker(CueVictim(), "timex", seed=3, query_budget=200, threshold=0.5,
-                              word_settings=WordAttackSettings(), char_settings=CharAttackSettings(bound),
-                              kinds=["char"])
+    attacker = build_attacker(
+        CueVictim(),
+        "timex",
+        seed=3,
+        query_budget=200,
+        threshold=0.5,
+        word_settings=WordAttackSettings(),
+        char_settings=CharAttackSettings(bound),
+        kinds=["char"],
+    )
     derived = [attacker.attack_record(r) for r in RECORDS]
     for original, adv in zip(RECORDS, derived):
         check_spans(adv.text, adv.spans, adv.id)

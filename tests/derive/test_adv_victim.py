@@ -33,8 +33,15 @@ def synthetic(count: int, seed: int) -> list[Record]:
         template, timex = rng.choice(CONTEXTS), rng.choice(TIMEXES)
         before, after = template.split("{T}")
         text = before + timex + after
-        records.append(Record(f"s{seed}-{i}", f"doc{i % 7}", text,
-                              [Span(len(before), len(before) + len(timex), timex, "TIMEX")], "synthetic"))
+        records.append(
+            Record(
+                f"s{seed}-{i}",
+                f"doc{i % 7}",
+                text,
+                [Span(len(before), len(before) + len(timex), timex, "TIMEX")],
+                "synthetic",
+            )
+        )
     return records
 
 
@@ -52,9 +59,29 @@ def victim_checkpoint(tmp_path_factory):
     spec = get_spec("minilm")
     tokenizer = load_tokenizer(spec)
     model = load_model(spec, tag_set("TIMEX"), tokenizer)
-    config = TrainConfig(learning_rate=2e-4, warmup_steps=0, max_steps=40, train_batch_size=16, eval_steps=40,
-                         early_stopping_patience=10, max_length=64, logging_steps=10, seed=0,
-                         full_determinism=False, report_to="none")
+    import dataclasses
+
+    settings = dict(
+        learning_rate=2e-4,
+        warmup_steps=0,
+        max_steps=40,
+        train_batch_size=16,
+        eval_steps=40,
+        early_stopping_patience=10,
+        max_length=64,
+        logging_steps=10,
+        seed=0,
+        full_determinism=False,
+        report_to="none",
+    )
+    try:  # newer TrainConfig: every field comes from params.yaml, these override it
+        from src.finetune.train import load_config
+
+        names = {f.name for f in dataclasses.fields(TrainConfig)}
+        optional = {"num_threads": None, "include_negatives": False}
+        config = load_config(overrides=settings | {k: v for k, v in optional.items() if k in names}, model="minilm")
+    except ImportError:
+        config = TrainConfig(**settings)
     out = tmp_path_factory.mktemp("victim")
     train_classifier(model, tokenizer, synthetic(240, 1), synthetic(16, 2), "TIMEX", config, out)
     return out
@@ -67,8 +94,28 @@ def test_real_victim_attack_changes_predictions(victim_checkpoint, tmp_path):
     base = synthetic(8, 3)
     write_records(tmp_path / "base.jsonl", base)
     out, stats_path = tmp_path / "adv.jsonl", tmp_path / "stats.json"
-    adv.main(["--input", str(tmp_path / "base.jsonl"), "--checkpoint", str(victim_checkpoint), "--task", "timex",
-              "--output", str(out), "--seed", "7", "--query-budget", "150", "--stats", str(stats_path)])
+    # word_share: the weak synthetic victim gets few gold spans exactly right, so SeqAttack's any_span
+    # criterion skips most instances; the share of mislabelled gold words still drives the search
+    adv.main(
+        [
+            "--input",
+            str(tmp_path / "base.jsonl"),
+            "--checkpoint",
+            str(victim_checkpoint),
+            "--task",
+            "timex",
+            "--output",
+            str(out),
+            "--seed",
+            "7",
+            "--query-budget",
+            "150",
+            "--stats",
+            str(stats_path),
+            "--success-criterion",
+            "word_share",
+        ]
+    )
     derived = read_records(out)
     assert [r.id for r in derived] == [r.id for r in base]
     for original, record in zip(base, derived):
@@ -115,12 +162,85 @@ def test_word_attack_swaps_synonyms_and_keeps_spans():
     text = "The company announced a new product yesterday."
     start = text.index("announced")
     record = Record("e1", "d", text, [Span(start, start + 9, "announced", "EVENT")], "t")
-    attacker = build_attacker(ContextVictim(), "eventx", seed=1, query_budget=100, threshold=0.5,
-                              word_settings=WordAttackSettings(similarity_threshold=0.5),
-                              char_settings=CharAttackSettings())
+    attacker = build_attacker(
+        ContextVictim(),
+        "eventx",
+        seed=1,
+        query_budget=100,
+        threshold=0.5,
+        word_settings=WordAttackSettings(similarity_threshold=0.5),
+        char_settings=CharAttackSettings(),
+    )
     assert list(attacker.attacks) == ["word"]
     derived = attacker.attack_record(record)
     assert derived.extra["success"] and derived.extra["attack"] == "word"
     assert "company" not in derived.text and "announced" in derived.text
     assert derived.extra["changed_words"][0]["old"] == "company"
     check_spans(derived.text, derived.spans, "e1")
+
+
+REAL_BASE = {"timex": "data/prepared/timex/base.jsonl"}
+
+
+@pytest.mark.parametrize("criterion", ["any_span", "word_share"])
+def test_attacked_records_keep_gold_spans_verbatim_at_valid_offsets(victim_checkpoint, tmp_path, criterion):
+    """Three real base instances (synthetic ones when data/prepared is absent), attacked for real."""
+    from pathlib import Path
+
+    from src.derive import adv
+
+    base_path = Path(__file__).resolve().parents[2] / REAL_BASE["timex"]
+    if not base_path.is_file():
+        base_path = tmp_path / "base.jsonl"
+        write_records(base_path, synthetic(3, 5))
+    out, stats_path, examples = tmp_path / "adv.jsonl", tmp_path / "stats.json", tmp_path / "adv.md"
+    adv.main(
+        [
+            "--input",
+            str(base_path),
+            "--checkpoint",
+            str(victim_checkpoint),
+            "--task",
+            "timex",
+            "--output",
+            str(out),
+            "--seed",
+            "13",
+            "--limit",
+            "3",
+            "--query-budget",
+            "60",
+            "--success-criterion",
+            criterion,
+            "--stats",
+            str(stats_path),
+            "--examples",
+            str(examples),
+        ]
+    )
+    derived = read_records(out)
+    originals = {r.id: r for r in read_records(base_path)}
+    assert len(derived) == 3
+    for record in derived:
+        original = originals[record.id]
+        assert record.extra["original_text"] == original.text
+        assert [(s.text, s.label) for s in record.spans] == [(s.text, s.label) for s in original.spans]
+        for span in record.spans:
+            assert record.text[span.start : span.end] == span.text
+        check_spans(record.text, record.spans, record.id)
+        assert record.extra["success_criterion"] == criterion
+    stats = json.loads(stats_path.read_text())
+    for key in (
+        "victim_f1_base",
+        "victim_f1_adv",
+        "delta",
+        "p_value",
+        "n",
+        "perturbation_rate",
+        "mean_similarity",
+        "mean_queries",
+        "seconds_per_instance",
+    ):
+        assert key in stats
+    assert stats["n"] == 3 and stats["success_criterion"] == criterion
+    assert examples.read_text().startswith("# adv")
