@@ -384,11 +384,24 @@ def test_cli_options():
 @pytest.mark.slow
 def test_embedded_model_three_instances(tmp_path):
     """The real SmolLM2 135M and MiniLM on 3 timex instances: whatever is accepted is valid."""
+    from src.data.schema import Record, Span, write_records
+
+    texts = [
+        ("s1", "The company reported strong earnings last week , its chairman said .", "last week"),
+        ("s2", "Officials said on Friday that the talks had collapsed after two days .", "Friday"),
+        ("s3", "Sales rose sharply in 1998 after the merger was announced in March .", "1998"),
+    ]
+    records = []
+    for rid, text, timex in texts:
+        start = text.index(timex)
+        records.append(Record(rid, rid, text, [Span(start, start + len(timex), timex, "TIMEX")], "synthetic"))
+    source = tmp_path / "base.jsonl"
+    write_records(source, records)
     out, stats_path = tmp_path / "adv_p.jsonl", tmp_path / "stats.json"
     adv_p.main(
         [
             "--input",
-            "data/prepared/timex/base.jsonl",
+            str(source),
             "--output",
             str(out),
             "--model-config",
@@ -408,7 +421,7 @@ def test_embedded_model_three_instances(tmp_path):
         ]
     )
     stats = json.loads(stats_path.read_text())
-    base = {r.id: r for r in read_records("data/prepared/timex/base.jsonl")}
+    base = {r.id: r for r in records}
     derived = read_records(out)
     assert stats["instances"] == 3 and stats["accepted"] == len(derived)
     llm_rejections = sum(sum(stats["rejection_reasons_by_kind"].get(k, {}).values()) for k in EDIT_KINDS)

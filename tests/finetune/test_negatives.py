@@ -26,10 +26,26 @@ def project_params(**data_changes) -> dict:
 
 
 @pytest.fixture(scope="module")
-def params() -> dict:
+def params(tmp_path_factory) -> dict:
+    """The project's params; without data/prepared (a fresh clone, CI), prepare runs into a temp folder."""
     values = project_params()
-    if not Path(values["data"]["timebank_dir"]).is_dir() or not Path(values["paths"]["prepared"]).is_dir():
-        pytest.skip("needs data/raw and data/prepared (dvc pull; python -m src.data.prepare)")
+    if not Path(values["data"]["timebank_dir"]).is_dir():
+        pytest.skip("needs data/raw (dvc pull data.dvc)")
+    if not Path(values["paths"]["prepared"]).is_dir():
+        import subprocess
+        import sys
+
+        folder = tmp_path_factory.mktemp("prepared")
+        values["paths"] = {**values["paths"], "prepared": str(folder)}
+        params_file = folder / "params.yaml"
+        params_file.write_text(yaml.safe_dump(values), encoding="utf-8")
+        subprocess.run(
+            [sys.executable, "-m", "src.data.prepare", "--params", str(params_file)],
+            cwd=ROOT,
+            check=True,
+            capture_output=True,
+            timeout=600,
+        )
     return values
 
 
