@@ -287,6 +287,11 @@ def run(cfg: DictConfig) -> int:
     ]
     record = run_record(cfg, strategy, options, [path for _, _, path in files])
     system = PromptedSystem(cfg, backend, strategy, options)
+    for task in dict.fromkeys(task for task, _, _ in files):  # fail before a run is opened, not inside it
+        try:
+            system.exemplars(task)
+        except (ValueError, FileNotFoundError) as error:
+            raise ConfigError(f"{task} exemplars: {error}") from None
 
     def log_config() -> None:
         resolved = redact(OmegaConf.to_container(cfg, resolve=True), secrets)

@@ -248,3 +248,12 @@ def test_documents_have_their_own_generation_budget():
     cfg = OmegaConf.create({"generation": {"max_tokens": None, "max_tokens_document": 160}})
     assert generation_budget(cfg, strategy, "len") == 160
     assert generation_budget(cfg, strategy, "t2c") == strategy.max_tokens
+
+
+def test_too_few_exemplars_fail_before_a_run_is_opened(workspace: Path):
+    """k=5 exemplars from a 3-sentence train split: one line, exit 2, no MLflow run (not a traceback inside one)."""
+    with FakeOpenAIServer(answer=_answer) as server:
+        done = _run(workspace, server, "strategy=I", "tasks=[timex]")
+        assert done.returncode == 2 and "Traceback" not in done.stderr
+        assert "timex exemplars" in done.stderr and server.request_count == 0
+    assert not (workspace / "mlflow.db").exists()

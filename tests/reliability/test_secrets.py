@@ -114,6 +114,15 @@ def test_config_secrets_collects_headers_secret_keys_and_the_named_key_variable(
 @pytest.mark.timeout(300)
 def test_end_to_end_run_writes_no_planted_secret_anywhere(tmp_path):
     """``python -m src.run`` against the fault server, then every file it wrote is searched."""
+    from src.data.schema import Record, Span, write_records
+
+    text = "We met last week on Friday ."
+    records = [
+        Record("d1#s0", "d1", text, [Span(7, 16, "last week", "TIMEX"), Span(20, 26, "Friday", "TIMEX")], "t"),
+        Record("d2#s0", "d2", "It rained today .", [Span(10, 15, "today", "TIMEX")], "t"),
+    ]
+    for split in ("base", "train"):
+        write_records(tmp_path / "prepared" / "timex" / f"{split}.jsonl", records)
     env = {
         **os.environ,
         "TEMPGEN_TEST_KEY": KEY_SECRET,
@@ -128,6 +137,7 @@ def test_end_to_end_run_writes_no_planted_secret_anywhere(tmp_path):
                 "-m",
                 "src.run",
                 "model=qwen3_moe",
+                "strategy=D",
                 f"model.options.base_url={server.base_url}",
                 "model.options.api_key_env=TEMPGEN_TEST_KEY",
                 f"+model.options.extra_headers.X-Secret={HEADER_SECRET}",
@@ -136,6 +146,7 @@ def test_end_to_end_run_writes_no_planted_secret_anywhere(tmp_path):
                 "limit=2",
                 f"hydra.run.dir={tmp_path / 'run'}",
                 f"paths.cache={tmp_path / 'cache'}",
+                f"paths.prepared={tmp_path / 'prepared'}",
                 f"summary={tmp_path / 'summary.json'}",
             ],
             cwd=PROJECT_ROOT,
