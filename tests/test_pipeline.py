@@ -140,9 +140,11 @@ def test_one_parameter_as_a_dvc_experiment_and_the_plots(project: Path):
     assert "fewer-resamples" in shown.stdout and "timex.base.f1" in shown.stdout
     plots = _dvc(project, "plots", "show", "--json")
     assert plots.returncode == 0, plots.stderr[-2000:]
-    rendered = json.loads(plots.stdout)
+    rendered = json.loads(plots.stdout)["data"]
     for name in ("f1_by_dataset.csv", "rq1_transfer.csv", "error_types.csv"):
-        assert any(key.endswith(name) for key in rendered), sorted(rendered)
+        [key] = [key for key in rendered if key.endswith(name)]
+        values = rendered[key][0]["content"]["data"]["values"]
+        assert values, f"{name}: the plot has no data"
 
 
 def test_push_then_a_fresh_clone_pulls_every_stage_output(project: Path, tmp_path: Path):
