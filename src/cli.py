@@ -76,6 +76,16 @@ def bounded_int(low: int, high: int) -> Callable[[str], int]:
 seed_type = bounded_int(0, MAX_SEED)
 
 
+def add_bootstrap_options(parser: argparse.ArgumentParser, flag: str, minimum: int, default: int, help: str) -> None:
+    """The resampling options ``src.score`` and ``src.compare`` share: the number of resamples
+    (``flag``), the bootstrap seed, and case-insensitive matching."""
+    parser.add_argument(
+        flag, type=bounded_int(minimum, MAX_RESAMPLES), default=default, metavar="N", help=f"{help}; at most 1,000,000"
+    )
+    parser.add_argument("--seed", type=seed_type, default=0, help="bootstrap seed (0 to 2**32 - 1)")
+    parser.add_argument("--lowercase", action="store_true", help="compare words case-insensitively")
+
+
 def check_resample_memory(resamples: int, n_instances: int, bytes_per_cell: int, option: str) -> None:
     """Refuse a bootstrap whose (resamples x instances) arrays would exceed ``MEMORY_LIMIT_BYTES``."""
     needed = resamples * n_instances * bytes_per_cell

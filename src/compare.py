@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from src.cli import MAX_RESAMPLES, OneLineArgumentParser, bounded_int, print_json_report, seed_type
+from src.cli import OneLineArgumentParser, add_bootstrap_options, print_json_report
 from src.data.schema import DataError
 from src.scoring.metrics import METRICS, score_pairs
 from src.scoring.predictions import pair_predictions, read_gold, read_predictions
@@ -47,16 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--gold", required=True, help="gold dataset JSONL")
     parser.add_argument("--pred-a", required=True, help="prediction JSONL of system A")
     parser.add_argument("--pred-b", required=True, help="prediction JSONL of system B")
-    parser.add_argument(
-        "--resamples",
-        type=bounded_int(1, MAX_RESAMPLES),
-        default=10_000,
-        metavar="N",
-        help="bootstrap resamples (at most 1,000,000)",
-    )
-    parser.add_argument("--seed", type=seed_type, default=0, help="bootstrap seed (0 to 2**32 - 1)")
+    add_bootstrap_options(parser, "--resamples", minimum=1, default=10_000, help="bootstrap resamples")
     parser.add_argument("--metric", choices=METRICS, default="lcs", help="F1 to compare (default: lcs)")
-    parser.add_argument("--lowercase", action="store_true", help="compare words case-insensitively")
     return parser
 
 

@@ -19,14 +19,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from src.cli import (
-    MAX_RESAMPLES,
-    OneLineArgumentParser,
-    bounded_int,
-    check_resample_memory,
-    print_json_report,
-    seed_type,
-)
+from src.cli import OneLineArgumentParser, add_bootstrap_options, check_resample_memory, print_json_report
 from src.scoring.metrics import METRICS, ScoreResult, score_pairs
 from src.scoring.predictions import load_pairs
 from src.scoring.stats import bootstrap_f1, percentile_interval, resample_counts
@@ -93,15 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = OneLineArgumentParser(prog="python -m src.score", description=__doc__.splitlines()[0])
     parser.add_argument("--gold", required=True, help="gold dataset JSONL (data/prepared/{task}/{name}.jsonl)")
     parser.add_argument("--pred", required=True, help='prediction JSONL: {"id": str, "predictions": [...]}')
-    parser.add_argument(
-        "--bootstrap",
-        type=bounded_int(0, MAX_RESAMPLES),
-        default=0,
-        metavar="N",
-        help="resamples for 95%% CIs (0: none; at most 1,000,000)",
-    )
-    parser.add_argument("--seed", type=seed_type, default=0, help="bootstrap seed (0 to 2**32 - 1)")
-    parser.add_argument("--lowercase", action="store_true", help="compare words case-insensitively")
+    add_bootstrap_options(parser, "--bootstrap", minimum=0, default=0, help="resamples for 95%% CIs (0: none)")
     parser.add_argument(
         "--variant",
         choices=[*VARIANTS, "all"],

@@ -11,6 +11,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+from tqdm.auto import tqdm
+
 ROLES = ("system", "user", "assistant")
 
 
@@ -105,6 +107,56 @@ ResultCallback = Callable[[int, GenerationResult], None]
 """Called as ``on_result(index, result)`` as soon as the request at ``index`` is done."""
 
 
+class OrderedResults:
+    """Results kept in request order; ``on_result`` fires the moment each one is set, so the
+    response cache can persist finished work before the whole call returns."""
+
+    def __init__(self, size: int, on_result: ResultCallback | None = None) -> None:
+        self._results: list[GenerationResult | None] = [None] * size
+        self._on_result = on_result
+
+    def finish(self, index: int, result: GenerationResult) -> None:
+        self._results[index] = result
+        if self._on_result is not None:
+            self._on_result(index, result)
+
+    def as_list(self) -> list[GenerationResult]:
+        missing = [index for index, result in enumerate(self._results) if result is None]
+        if missing:
+            raise RuntimeError(f"backend returned no result for request positions {missing[:10]}")
+        return self._results  # type: ignore[return-value]
+
+
+def encode_within_context(
+    requests: Sequence[ChatRequest],
+    encode: Callable[[ChatRequest], list[int]],
+    context_length: int | None,
+    context_name: str,
+    results: OrderedResults,
+) -> dict[int, list[int]]:
+    """Prompt tokens of every request that fits the context (prompt + ``max_tokens``).
+
+    A request whose prompt cannot be rendered (a template that rejects the conversation) or
+    does not fit fails alone, with a result that says why; the others go on.
+    """
+    encoded: dict[int, list[int]] = {}
+    for index, request in enumerate(requests):
+        try:
+            tokens = encode(request)
+        except Exception as exc:
+            results.finish(index, GenerationResult(request, None, error=f"prompt: {type(exc).__name__}: {exc}"))
+            continue
+        if context_length and len(tokens) + request.max_tokens > context_length:
+            error = (
+                f"prompt of {len(tokens)} tokens + max_tokens {request.max_tokens} exceeds the "
+                f"context length {context_length} of {context_name}"
+            )
+            results.finish(index, GenerationResult(request, None, error=error))
+        else:
+            encoded[index] = tokens
+    return encoded
+
+
 @runtime_checkable
 class Backend(Protocol):
     """A text generator: local model or remote endpoint.
@@ -119,12 +171,54 @@ class Backend(Protocol):
     model_id: str
 
     def generate(
-        self,
-        requests: Sequence[ChatRequest],
-        progress: str | None = None,
-        on_result: ResultCallback | None = None,
+        self, requests: Sequence[ChatRequest], progress: str | None = None, on_result: ResultCallback | None = None
     ) -> list[GenerationResult]: ...
 
     def cache_identity(self) -> dict:
         """Everything besides the request that determines the answer (for the cache key)."""
         ...
+
+
+class LocalBackend:
+    """The ``generate`` of in-process backends: load on first use, encode every request (those
+    that cannot be rendered or do not fit fail alone), then let the subclass generate the rest.
+
+    Subclasses define ``load()``, ``encode(request)``, ``context_length()`` (None: unbounded),
+    ``context_name`` (for the error message) and ``_generate_encoded``.
+    """
+
+    context_name = "the backend"
+
+    def generate(
+        self, requests: Sequence[ChatRequest], progress: str | None = None, on_result: ResultCallback | None = None
+    ) -> list[GenerationResult]:
+        """Results in request order (see :class:`Backend`); nothing is loaded for no requests."""
+        if not (requests := list(requests)):
+            return []
+        self.load()
+        results = OrderedResults(len(requests), on_result)
+        encoded = encode_within_context(requests, self.encode, self.context_length(), self.context_name, results)
+        bar = tqdm(total=len(requests), desc=progress, unit="req", disable=progress is None)
+        bar.update(len(requests) - len(encoded))
+        try:
+            if encoded:
+                self._generate_encoded(requests, encoded, results, bar)
+        finally:
+            bar.close()
+        return results.as_list()
+
+    def load(self) -> None:
+        raise NotImplementedError
+
+    def encode(self, request: ChatRequest) -> list[int]:
+        raise NotImplementedError
+
+    def context_length(self) -> int | None:
+        raise NotImplementedError
+
+    def _generate_encoded(
+        self, requests: list[ChatRequest], encoded: dict[int, list[int]], results: OrderedResults, bar: tqdm
+    ) -> None:
+        """Generate ``requests[i]`` from ``encoded[i]`` for every key, calling ``results.finish``
+        and ``bar.update`` as each is done."""
+        raise NotImplementedError

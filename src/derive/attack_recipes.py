@@ -324,16 +324,24 @@ def word_transformation(settings: WordAttackSettings, sentence_model: Any = None
     return parts[0] if len(parts) == 1 else CompositeTransformation(parts)
 
 
-def word_attack(
-    goal: Any, tracker: GoldTracker, nlp: Any, sentence_model: Any, settings: WordAttackSettings = WordAttackSettings()
-) -> Attack:
-    """TextFooler-style word substitution attack on ``goal``'s victim."""
-    constraints = [
+def gold_safe_constraints(tracker: GoldTracker) -> list[Any]:
+    """What both attacks keep: no word edited twice, no stopword, gold spans and numbers
+    untouched, and every gold span still found verbatim in the perturbed text."""
+    return [
         RepeatModification(),
         StopwordModification(stopwords=stopwords()),
         ProtectGoldSpans(tracker),
         ProtectNumbers(),
         GoldSpansIntact(tracker),
+    ]
+
+
+def word_attack(
+    goal: Any, tracker: GoldTracker, nlp: Any, sentence_model: Any, settings: WordAttackSettings = WordAttackSettings()
+) -> Attack:
+    """TextFooler-style word substitution attack on ``goal``'s victim."""
+    constraints = [
+        *gold_safe_constraints(tracker),
         GrammaticalSwap(nlp, allow_verb_noun_swap=settings.allow_verb_noun_swap, keep_fine_tag=settings.keep_fine_tag),
         MiniLMSimilarity(
             sentence_model, threshold=settings.similarity_threshold, window_size=settings.similarity_window
@@ -358,11 +366,7 @@ def char_transformation() -> Any:
 def char_attack(goal: Any, tracker: GoldTracker, settings: CharAttackSettings = CharAttackSettings()) -> Attack:
     """DeepWordBug-style character edit attack on ``goal``'s victim."""
     constraints = [
-        RepeatModification(),
-        StopwordModification(stopwords=stopwords()),
-        ProtectGoldSpans(tracker),
-        ProtectNumbers(),
-        GoldSpansIntact(tracker),
+        *gold_safe_constraints(tracker),
         LevenshteinEditDistance(settings.max_edit_distance),
     ]
     search = GoldFirstWIR(tracker, "unk", settings.adjacent_first, settings.adjacent_window)

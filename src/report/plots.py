@@ -28,47 +28,55 @@ def f1_by_dataset(analysis: Analysis) -> pd.DataFrame:
             "f1": round(float(r.f1), 6),
         }
         for r in scores.itertuples(index=False)
-        if not (isinstance(r.f1, float) and math.isnan(r.f1))
+        if _finite(r.f1)
     ]
     return pd.DataFrame(rows, columns=["configuration_dataset", "configuration", "dataset", "f1"])
+
+
+def _finite(value: object) -> bool:
+    return value is not None and not (isinstance(value, float) and math.isnan(value))
+
+
+def _long_rows(records: list[dict], names: tuple[str, ...], column_of, row_of) -> list[dict]:
+    """One row per (record, name) whose value is present and finite: records in order, then names."""
+    return [
+        row_of(r, name, round(float(r[column_of(name)]), 6))
+        for r in records
+        for name in names
+        if _finite(r.get(column_of(name)))
+    ]
 
 
 def rq1_transfer(analysis: Analysis) -> pd.DataFrame:
     table = analysis.rq1
     chosen = table[(table["correction"] == "none") & (table["group"] == "all")]
-    rows = []
-    for r in chosen.to_dict("records"):
-        for outcome in OUTCOMES:
-            value = r.get(outcome)
-            if value is None or (isinstance(value, float) and math.isnan(value)):
-                continue
-            rows.append(
-                {
-                    "target_outcome": f"{r['target']} {outcome}",
-                    "target": r["target"],
-                    "outcome": outcome,
-                    "probability": round(float(value), 6),
-                    "pairs": int(r["pairs"]),
-                }
-            )
+    rows = _long_rows(
+        chosen.to_dict("records"),
+        OUTCOMES,
+        lambda outcome: outcome,
+        lambda r, outcome, value: {
+            "target_outcome": f"{r['target']} {outcome}",
+            "target": r["target"],
+            "outcome": outcome,
+            "probability": value,
+            "pairs": int(r["pairs"]),
+        },
+    )
     return pd.DataFrame(rows, columns=["target_outcome", "target", "outcome", "probability", "pairs"])
 
 
 def error_types(analysis: Analysis) -> pd.DataFrame:
-    rows = []
-    for r in analysis.errors.to_dict("records"):
-        for name in ERROR_TYPES:
-            share = r.get(f"share_{name}")
-            if share is None or (isinstance(share, float) and math.isnan(share)):
-                continue
-            rows.append(
-                {
-                    "dataset_error": f"{r['dataset']} {name}",
-                    "dataset": r["dataset"],
-                    "error": name,
-                    "share": round(float(share), 6),
-                }
-            )
+    rows = _long_rows(
+        analysis.errors.to_dict("records"),
+        ERROR_TYPES,
+        lambda name: f"share_{name}",
+        lambda r, name, share: {
+            "dataset_error": f"{r['dataset']} {name}",
+            "dataset": r["dataset"],
+            "error": name,
+            "share": share,
+        },
+    )
     return pd.DataFrame(rows, columns=["dataset_error", "dataset", "error", "share"])
 
 

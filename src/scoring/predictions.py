@@ -13,21 +13,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from src.data.schema import LABELS, DataError, Record, iter_jsonl, record_from_dict, short_repr
+from src.data.schema import LABELS, DataError, Record, iter_jsonl, read_numbered_records, short_repr
 from src.scoring.metrics import PredictedSpan, as_predicted_span
 
 
 def read_gold(path: str | Path) -> list[tuple[int, Record]]:
     """Read a dataset file as (line number, record) pairs; duplicated ids are errors."""
-    out: list[tuple[int, Record]] = []
-    seen: dict[str, int] = {}
-    for number, obj in iter_jsonl(path):
-        record = record_from_dict(obj, path, number)
-        if record.id in seen:
-            raise DataError(path, f"duplicated id {short_repr(record.id)} (first on line {seen[record.id]})", number)
-        seen[record.id] = number
-        out.append((number, record))
-    return out
+    return read_numbered_records(path)
 
 
 def predicted_span(item: Any, where: str) -> PredictedSpan:

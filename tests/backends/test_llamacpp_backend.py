@@ -133,7 +133,7 @@ def _strategy_requests(
 @pytest.fixture(scope="module")
 def embedded():
     pytest.importorskip("llama_cpp")
-    backend = create_backend("llamacpp", model_id="smollm2-135m-gguf", n_ctx=2048)
+    backend = create_backend("llamacpp", model_id="smollm2-135m-gguf", n_ctx=2048, workers=1)
     backend.load()
     return backend
 
@@ -178,3 +178,53 @@ def test_unconstrained_and_completion_requests(embedded):
     assert isinstance(json.loads(completion.text), list)
     (short,) = embedded.generate([ChatRequest(request.messages, max_tokens=1, completion=True)])
     assert short.usage["completion_tokens"] == 1 and short.finish_reason in ("length", "stop")
+
+
+def test_workers_default_to_one_single_thread_context_per_cpu(monkeypatch):
+    pytest.importorskip("llama_cpp")
+    import os
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2})
+    assert create_backend("llamacpp", model_id="smollm2-135m-gguf").workers == 3
+    assert create_backend("llamacpp", model_id="smollm2-135m-gguf", n_threads=2).workers == 1
+    with pytest.raises(ValueError, match="workers must be a positive integer or null"):
+        create_backend("llamacpp", model_id="smollm2-135m-gguf", workers=0)
+    with pytest.raises(ValueError, match="n_threads must be a positive integer"):
+        create_backend("llamacpp", model_id="smollm2-135m-gguf", n_threads=None)
+
+
+@pytest.mark.slow
+def test_parallel_workers_give_the_answers_of_one_worker(embedded):
+    from src.data.schema import Record, Span
+
+    exemplar = Record(
+        id="e", doc_id="d", text="Prices rose on Monday.", source="t", spans=(Span(16, 22, "Monday", "TIMEX"),)
+    )
+    texts = TEXTS + [
+        "Sales doubled in 1997.",
+        "The deal closed yesterday.",
+        "Nothing happened.",
+        "By noon it was over.",
+    ]
+    requests = [
+        ChatRequest(
+            build_messages(get_strategy("I", k=1), "timex", text, [exemplar]),
+            max_tokens=24,
+            response_schema=ARRAY_SCHEMA,
+        )
+        for text in texts
+    ]
+    parallel = create_backend("llamacpp", model_id="smollm2-135m-gguf", n_ctx=2048, workers=2)
+    finished: list[int] = []
+    two = parallel.generate(requests, on_result=lambda i, r: finished.append(i))
+    one = embedded.generate(requests)
+    assert len(parallel._llms) == 2 and sorted(finished) == list(range(len(texts)))
+    assert [r.text for r in two] == [r.text for r in one]
+    assert [r.finish_reason for r in two] == [r.finish_reason for r in one]
+    assert all(r.ok for r in two)
+
+    def failing(index, result):
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):  # a callback failing in a worker thread is not lost
+        parallel.generate([ChatRequest(r.messages, max_tokens=4) for r in requests], on_result=failing)
