@@ -123,8 +123,9 @@ def timed(label: str, run) -> dict:
     return row
 
 
-def run_project(requests: list[ChatRequest], threads: int, prefix_reuse: bool):
-    backend = create_backend("llamacpp", n_threads=threads, prefix_reuse=prefix_reuse, **MODEL)
+def run_project(requests: list[ChatRequest], threads: int, prefix_reuse: bool, workers: int = 1):
+    """The project backend; one worker by default, a single stream like the plain loop it is compared with."""
+    backend = create_backend("llamacpp", n_threads=threads, workers=workers, prefix_reuse=prefix_reuse, **MODEL)
     backend.load()
 
     def run():

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,7 @@ from src.cli import optional_int
 from src.data.schema import Record, read_records
 from src.data.splits import subset_by_id
 from src.params import register_resolver
-from src.prompts import Strategy, build_request_parts, select_exemplars, strategy_from_config
+from src.prompts import PromptOptions, Strategy, build_request_parts, select_exemplars, strategy_from_config
 from src.prompts.answer_schema import ANSWER_FORMATS, PROMPT_FORMS
 from src.scoring.evaluate import InstanceOutput
 from src.scoring.runner import (
@@ -46,16 +45,6 @@ TRAIN_SPLIT = "train"
 
 class ConfigError(ValueError):
     """An override or config value that cannot run; reported as one line, exit code 2."""
-
-
-@dataclass(frozen=True)
-class PromptOptions:
-    """How prompts are rendered and answers constrained (all part of the cache key)."""
-
-    answer_format: str = "compact"
-    form: str = "chat"
-    constrained: bool = False
-    spans_from_input: bool = False
 
 
 def dataset_file(cfg: DictConfig, task: str, dataset: str) -> Path:
@@ -183,16 +172,7 @@ class PromptedSystem:
         max_tokens = generation_budget(self.cfg, self.strategy, plan.dataset)
         requests = []
         for record in plan.records:
-            parts = build_request_parts(
-                self.strategy,
-                plan.task,
-                record.text,
-                self.exemplars(plan.task),
-                answer_format=self.options.answer_format,
-                prompt_form=self.options.form,
-                constrained=self.options.constrained,
-                spans_from_input=self.options.spans_from_input,
-            )
+            parts = build_request_parts(self.strategy, plan.task, record.text, self.exemplars(plan.task), self.options)
             requests.append(
                 ChatRequest(
                     messages=parts.messages,

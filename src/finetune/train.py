@@ -345,17 +345,9 @@ def train_classifier(
     out.mkdir(parents=True, exist_ok=True)
     (out / RUN_FILE).unlink(missing_ok=True)  # never leave a stale link to an earlier run
     with training_run(config, run_name, experiment, tracking_uri) as active:
+        splits = (train_records, val_records)
         summary = _train(
-            model,
-            tokenizer,
-            train_records,
-            val_records,
-            label,
-            config,
-            out,
-            run_name,
-            summary_extra,
-            tracked=active is not None,
+            model, tokenizer, splits, label, config, out, run_name, summary_extra, tracked=active is not None
         )
         if active is not None:
             _log_training(active, summary, config, out, data_files or [], experiment)
@@ -436,8 +428,7 @@ def _log_training(
 def _train(
     model: Any,
     tokenizer: Any,
-    train_records: list[Record],
-    val_records: list[Record],
+    splits: tuple[list[Record], list[Record]],
     label: str,
     config: TrainConfig,
     out: Path,
@@ -445,13 +436,15 @@ def _train(
     summary_extra: dict[str, Any] | None,
     tracked: bool,
 ) -> dict[str, Any]:
-    """The training itself: encode, run the Trainer, save the best model and the summary."""
+    """The training itself: encode the (train, validation) ``splits``, run the Trainer, save the
+    best model and the summary."""
     from transformers import DataCollatorForTokenClassification, EarlyStoppingCallback, Trainer, TrainerCallback
 
     if config.num_threads is not None:
         import torch
 
         torch.set_num_threads(config.num_threads)
+    train_records, val_records = splits
     if not train_records or not val_records:
         raise ValueError(f"need training and validation records (got {len(train_records)} and {len(val_records)})")
     labels = tag_set(label)

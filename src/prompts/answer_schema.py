@@ -169,6 +169,14 @@ SPAN_ENUM_MAX_WORDS = 120
 #: The longest span (in words) an input-restricted answer may name.
 SPAN_ENUM_NGRAM = 6
 _UNSAFE_IN_ENUM = re.compile(r'["\\\x00-\x1f]')
+#: Input-restricted answers are also bounded, so that a small model's greedy loops (the same
+#: span again and again, reasoning that never ends) stop inside the token budget: at most this
+#: many spans per list (more than 99.8% of the training sentences have fewer: timex <= 4,
+#: eventx and comp <= 11) ...
+SPAN_MAX_ITEMS = {"timex": 5, "eventx": 12, "comp": 12}
+#: ... and at most two reasoning steps of at most 60 characters each.
+REASONING_MAX_STEPS = 2
+REASONING_MAX_CHARS = 60
 
 
 def input_spans(text: str, max_words: int = SPAN_ENUM_NGRAM) -> list[str]:
@@ -185,12 +193,15 @@ def input_spans(text: str, max_words: int = SPAN_ENUM_NGRAM) -> list[str]:
     return list(seen)
 
 
-def restrict_to_input(schema: dict, text: str) -> dict:
+def restrict_to_input(schema: dict, text: str, max_items: int | None = None) -> dict:
     """The schema with every span string limited to a word n-gram of the input (an ``enum``).
 
     A small model then cannot invent or misspell a span: it can only choose among the
-    input's own word runs, which is what a span extractor's answer must be anyway. Inputs
-    longer than :data:`SPAN_ENUM_MAX_WORDS` words are returned unchanged.
+    input's own word runs, which is what a span extractor's answer must be anyway. With
+    ``max_items``, every span list holds at most that many and the reasoning steps are
+    bounded too (:data:`REASONING_MAX_STEPS` of :data:`REASONING_MAX_CHARS`), so every
+    answer can end within its token budget. Inputs longer than :data:`SPAN_ENUM_MAX_WORDS`
+    words are returned unchanged.
     """
     from src.data.text import word_offsets
 
@@ -200,8 +211,14 @@ def restrict_to_input(schema: dict, text: str) -> dict:
 
     def visit(node: Any, key: str | None) -> Any:
         if isinstance(node, dict):
-            if node.get("type") == "array" and node.get("items") == {"type": "string"} and key != REASONING_KEY:
-                return {**node, "items": {"type": "string", "enum": spans}}
+            if node.get("type") == "array" and node.get("items") == {"type": "string"}:
+                if key == REASONING_KEY:
+                    if max_items is None:
+                        return node
+                    items = {"type": "string", "maxLength": REASONING_MAX_CHARS}
+                    return {**node, "items": items, "maxItems": REASONING_MAX_STEPS}
+                bound = {} if max_items is None else {"maxItems": max_items}
+                return {**node, "items": {"type": "string", "enum": spans}, **bound}
             return {k: visit(v, k if k not in ("properties", "items") else key) for k, v in node.items()}
         return node
 
@@ -222,10 +239,8 @@ def request_schema(
         - ``constrained=False``: never a schema (free decoding; the parser copes).
         - ``study`` format: the schema for non-abductive strategies only, never for abductive
           ones (the study constrained the plain answers and let the reasoning run free).
-        - ``compact`` format: the schema for every strategy.
-        - ``completion`` prompt form: no schema for a non-abductive ``comp`` answer, which is
-          two labelled lines (``Time expressions: [...]`` / ``Events: [...]``), not one JSON
-          value; every other completion answer is one JSON value and follows the rule above.
+        - ``compact`` format: the schema for every strategy. The ``completion`` prompt form
+          follows the same rule: every completion answer is one JSON value.
 
     Args:
         task: timex, eventx or comp.
@@ -233,8 +248,9 @@ def request_schema(
         answer_format: ``compact`` or ``study``.
         constrained: whether the run constrains decoding at all.
         prompt_form: ``chat`` or ``completion``.
-        input_text: when given, span strings are restricted to the input's word n-grams
-            (:func:`restrict_to_input`; ``generation.spans_from_input``).
+        input_text: when given, span strings are restricted to the input's word n-grams and
+            the answer is bounded (:func:`restrict_to_input` with :data:`SPAN_MAX_ITEMS`;
+            ``generation.spans_from_input``).
     """
     _check_task(task)
     check_format(answer_format)
@@ -244,9 +260,7 @@ def request_schema(
         return None
     if answer_format == "study" and abductive:
         return None
-    if prompt_form == "completion" and not abductive and len(TASK_LABELS[task]) > 1:
-        return None
     schema = answer_schema(task, abductive, answer_format)
     if input_text is not None:
-        schema = restrict_to_input(schema, input_text)
+        schema = restrict_to_input(schema, input_text, SPAN_MAX_ITEMS[task])
     return schema_text(schema)

@@ -17,8 +17,7 @@ i.e. it validates against ``answer_schema(task, abductive, answer_format)``. The
 abductive answer (a list of objects) predicts the union of the objects' span lists,
 de-duplicated in order, with their reasoning steps concatenated. With
 ``prompt_form="completion"`` the raw text is the model's continuation of the answer cue:
-it is cut where the model starts a new ``Text:`` of its own, and for comp the two labelled
-lines (``Time expressions: [...]`` / ``Events: [...]``) are read.
+it is cut where the model starts a new ``Text:`` of its own.
 
 A value counts as an answer only when its span lists hold strings: a list of numbers, a
 span list that is a bare word, or an object whose span key holds something else is not an
@@ -45,7 +44,6 @@ from .answer_schema import (
     check_format,
     check_prompt_form,
 )
-from .templates import COMPLETION_LABELS, completion_cue
 
 #: Re-exported from :mod:`src.study`: the tasks, and the label of each single-label task.
 TASKS = TASK_ORDER
@@ -153,13 +151,6 @@ def _parse(raw: str | None, task: str, abductive: bool, answer_format: str, prom
     if not text:
         return ParsedAnswer([], None, False, "empty output")
     shape = answer_shape(task, abductive, answer_format)
-    if prompt_form == "completion" and not abductive and len(TASK_LABELS[task]) > 1:
-        # labelled lines; an answer without a second label line may be plain JSON instead
-        lines, n_lines = _labelled_lines(text, task)
-        if lines is not None and n_lines > 1:
-            return lines
-        answer = _parse_json(text, task, _shape_test(shape))
-        return answer if answer.ok or lines is None else lines
     answer = _parse_json(text, task, _shape_test(shape))
     if answer.ok:
         answer.well_formed = _well_formed(text, shape)
@@ -271,44 +262,6 @@ _NEXT_EXAMPLE = re.compile(r"\n[ \t]*(?:Text[ \t]*:|Now annotate this text)")
 
 def _cut_continuation(text: str) -> str:
     return _NEXT_EXAMPLE.split(text, maxsplit=1)[0].strip()
-
-
-def _labelled_lines(text: str, task: str) -> tuple[ParsedAnswer | None, int]:
-    """A multi-label completion answer: ``[...]`` (after the open cue) then ``Events: [...]``.
-
-    Each label's text runs to the next label line; its first JSON array (complete or
-    salvaged) holds the spans. Returns the answer (None when no label's array is found)
-    and the number of label lines, the open cue included. Well-formed: every label once,
-    in its own line, each a strict JSON array of strings.
-    """
-    labels = TASK_LABELS[task]
-    names = {COMPLETION_LABELS[label].lower(): label for label in labels}
-    pattern = re.compile(
-        r"^[ \t]*(" + "|".join(re.escape(COMPLETION_LABELS[label]) for label in labels) + r")[ \t]*:",
-        re.IGNORECASE | re.MULTILINE,
-    )
-    full = completion_cue(task, False) + " " + text
-    matches = list(pattern.finditer(full))
-    found: dict[str, list] = {}
-    well_formed = True
-    for position, match in enumerate(matches):
-        end = matches[position + 1].start() if position + 1 < len(matches) else len(full)
-        body = full[match.end() : end].strip()
-        label = names[match.group(1).lower()]
-        strict = _strict_json(body)
-        if label in found or strict is _FAILED or not _is_strings(strict):
-            well_formed = False
-        if label in found:
-            continue
-        values = [v for v in list(_complete_values(body)) + list(_salvaged_values(body)) if isinstance(v, list)]
-        spans = _span_list(values[0]) if values else None
-        if spans is not None:
-            found[label] = spans
-    if not found:
-        return None, len(matches)
-    well_formed = well_formed and len(matches) == len(labels)
-    predictions = [{"text": s, "label": label} for label in labels for s in found.get(label, [])]
-    return ParsedAnswer(_dedupe_labelled(predictions), None, True, None, well_formed), len(matches)
 
 
 # ----- finding candidate values ----------------------------------------------------------------

@@ -17,7 +17,6 @@ sent with ``ChatRequest(completion=True)``). ``build_request_parts`` returns eve
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -26,7 +25,7 @@ from src.study import REASONING_PARTS, STRATEGY_ORDER, strategy_parts
 
 from . import templates
 from .answer_schema import check_format, check_prompt_form, request_schema
-from .exemplars import check_task, gold_answer, target_spans
+from .exemplars import check_task, gold_answer
 
 #: The study's strategy names, re-exported from :mod:`src.study` (the one definition).
 STRATEGY_NAMES = STRATEGY_ORDER
@@ -174,20 +173,10 @@ def build_user_prompt(
 
 
 def completion_answer(record: Record, task: str, abductive: bool, answer_format: str = "compact") -> str:
-    """A record's gold answer as the completion form writes it after ``Text: ...``.
-
-    ``Time expressions: [...]`` (``Events: [...]``; both lines for comp), or for abductive
-    strategies the abductive cue followed by the format's structured JSON.
-    """
-    if abductive or len(templates.TASK_LABELS[task]) == 1:
-        answer = gold_answer(record, task, abductive, answer_format)
-        return templates.completion_cue(task, abductive) + " " + answer
-    spans = target_spans(record, task)
-    lines = []
-    for label in templates.TASK_LABELS[task]:
-        values = list(dict.fromkeys(span.text for span in spans if span.label == label))
-        lines.append(templates.COMPLETION_LABELS[label] + ": " + json.dumps(values, ensure_ascii=False))
-    return "\n".join(lines)
+    """A record's gold answer as the completion form writes it after ``Text: ...``: the answer
+    cue (``Time expressions:``, ``Events:``, or for comp and abductive strategies a ``(JSON):``
+    cue) followed by the format's JSON answer."""
+    return templates.completion_cue(task, abductive) + " " + gold_answer(record, task, abductive, answer_format)
 
 
 def build_completion_prompt(
@@ -197,7 +186,7 @@ def build_completion_prompt(
 
     The system role and the definitions as plain paragraphs, the output format, exemplars
     as ``Text: ...`` / answer-line pairs, then ``Text: <input>`` and the open cue line
-    (``Time expressions:``; ``Events:``; for abductive strategies the structured-answer cue).
+    (``Time expressions:``; ``Events:``; for comp and abductive strategies a ``(JSON):`` cue).
     """
     check_format(answer_format)
     _check_call(strategy, task, text, exemplars)
@@ -257,23 +246,37 @@ class RequestParts:
     response_schema: str | None
 
 
+@dataclass(frozen=True)
+class PromptOptions:
+    """How prompts are rendered and answers constrained (all part of the cache key).
+
+    ``answer_format``: compact or study; ``form``: chat or completion; ``constrained``: send the
+    answer's JSON schema; ``spans_from_input``: every span of a constrained answer must be a
+    word n-gram of the input.
+    """
+
+    answer_format: str = "compact"
+    form: str = "chat"
+    constrained: bool = False
+    spans_from_input: bool = False
+
+
 def build_request_parts(
     strategy: Strategy | str,
     task: str,
     text: str,
     exemplars: Sequence[Record] = (),
-    answer_format: str = "compact",
-    prompt_form: str = "chat",
-    constrained: bool = False,
-    spans_from_input: bool = False,
+    options: PromptOptions = PromptOptions(),
 ) -> RequestParts:
-    """Messages, completion flag and response schema for one input (see ``request_schema``).
-
-    ``spans_from_input`` limits every span of a constrained answer to a word n-gram of ``text``.
-    """
+    """Messages, completion flag and response schema for one input (see ``request_schema``)."""
     strategy = _as_strategy(strategy, exemplars)
-    messages = build_messages(strategy, task, text, exemplars, answer_format, prompt_form)
+    messages = build_messages(strategy, task, text, exemplars, options.answer_format, options.form)
     schema = request_schema(
-        task, strategy, answer_format, constrained, prompt_form, input_text=text if spans_from_input else None
+        task,
+        strategy,
+        options.answer_format,
+        options.constrained,
+        options.form,
+        input_text=text if options.spans_from_input else None,
     )
-    return RequestParts(messages, prompt_form == "completion", schema)
+    return RequestParts(messages, options.form == "completion", schema)

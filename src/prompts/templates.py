@@ -269,33 +269,25 @@ OUTPUT_FORMAT_SETS = {"compact": OUTPUT_FORMATS, "study": STUDY_OUTPUT_FORMATS}
 
 # ----- the completion prompt form -----------------------------------------------------------------
 
-#: Answer lines of the completion form: one line per label, ``Time expressions: [...]``.
+#: The answer line of a single-label completion prompt: ``Time expressions: [...]``.
 COMPLETION_LABELS = {"TIMEX": "Time expressions", "EVENT": "Events"}
-#: The answer line of an abductive completion prompt: it asks for the structured answer.
+#: The answer line of a structured (abductive or comp) completion answer: one JSON object.
 COMPLETION_ABDUCTIVE_CUE = "Reasoning steps and {targets} (JSON):"
+COMPLETION_OBJECT_CUE = "{Targets} (JSON):"
 
 
 def completion_cue(task: str, abductive: bool) -> str:
     """The line the completion prompt leaves open (the model writes the answer after it)."""
     if abductive:
         return COMPLETION_ABDUCTIVE_CUE.format(targets=TARGET_NOUN[task])
+    if len(TASK_LABELS[task]) > 1:
+        return COMPLETION_OBJECT_CUE.format(Targets=TARGET_NOUN[task].capitalize())
     return COMPLETION_LABELS[TASK_LABELS[task][0]] + ":"
 
 
 def completion_output_format(task: str, abductive: bool, answer_format: str) -> str:
-    """The output-format part of a completion prompt.
-
-    Abductive and single-label answers are the format's JSON (the study's abductive example
-    is shown after the abductive cue); a non-abductive multi-label answer is one labelled
-    JSON array line per label.
-    """
+    """The output-format part of a completion prompt: the format's JSON answer (the study's
+    abductive example is shown after the abductive cue)."""
     if abductive and answer_format == "study":
         return _study_output_format(task, True, cue=completion_cue(task, True))
-    if abductive or len(TASK_LABELS[task]) == 1:
-        return OUTPUT_FORMAT_SETS[answer_format][(task, abductive)]
-    lines = " then ".join(f'"{COMPLETION_LABELS[label]}: [...]"' for label in TASK_LABELS[task])
-    return (
-        f"Output: one line per kind, {lines}, each a JSON array of strings, "
-        + _COPY_RULE
-        + ". Use [] for an empty list."
-    )
+    return OUTPUT_FORMAT_SETS[answer_format][(task, abductive)]

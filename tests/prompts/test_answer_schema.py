@@ -108,11 +108,8 @@ def test_request_policy(task, name, fmt):
         assert constrained == (None if abductive else schema)
     else:
         assert constrained == schema
-    completion = request_schema(task, name, fmt, constrained=True, prompt_form="completion")
-    if task == "comp" and not abductive:
-        assert completion is None  # two labelled lines are not one JSON value
-    else:
-        assert completion == constrained
+    # every completion answer, comp's included, is one JSON value: the same policy as chat
+    assert request_schema(task, name, fmt, constrained=True, prompt_form="completion") == constrained
 
 
 # ----- the schema and the parser agree on what is well-formed ---------------------------------------
@@ -257,3 +254,36 @@ def test_spans_restricted_to_the_inputs_word_ngrams():
     assert all('"' not in s for s in props["spans"]["items"]["enum"]), "quotes break llama.cpp grammar literals"
     assert "enum" not in props["reasoning_steps"]["items"], "reasoning stays free text"
     assert restrict_to_input(answer_schema("timex", False), "word " * 200) == answer_schema("timex", False)
+
+
+def test_input_restricted_answers_are_bounded_so_a_loop_ends_inside_the_budget():
+    import json
+
+    from src.prompts.answer_schema import REASONING_MAX_CHARS, REASONING_MAX_STEPS, SPAN_MAX_ITEMS
+
+    text = "The talks resumed on Tuesday after the strike began last week."
+    for task in ("timex", "eventx", "comp"):
+        for name in ("I", "A"):
+            schema = json.loads(request_schema(task, name, "compact", True, "completion", input_text=text))
+            arrays = [node for node in _walk(schema) if node.get("type") == "array"]
+            spans = [a for a in arrays if "enum" in a["items"]]
+            assert spans and all(a["maxItems"] == SPAN_MAX_ITEMS[task] for a in spans)
+            reasoning = [a for a in arrays if "enum" not in a["items"]]
+            assert len(reasoning) == (name == "A")
+            assert all(
+                a["maxItems"] == REASONING_MAX_STEPS and a["items"]["maxLength"] == REASONING_MAX_CHARS
+                for a in reasoning
+            )
+    # unrestricted requests (API models, documents) keep the format's own schema
+    plain = json.loads(request_schema("eventx", "A", "compact", True, "completion"))
+    assert not any("maxItems" in node or "maxLength" in node for node in _walk(plain))
+
+
+def _walk(node):
+    if isinstance(node, dict):
+        yield node
+        for value in node.values():
+            yield from _walk(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _walk(value)

@@ -318,27 +318,18 @@ def test_completion_answer_is_cut_before_the_model_invents_the_next_example():
     assert parse_answer(raw, "timex", False).predictions == ["Friday"]
 
 
-def test_completion_comp_reads_the_labelled_lines():
-    raw = ' ["Tuesday"]\nEvents: ["resumed", "strike", "began"]\n\nText: next\nTime expressions: ["x"]'
+def test_completion_comp_reads_one_json_object():
+    raw = ' {"timex": ["Tuesday"], "eventx": ["resumed", "strike"]}\n\nText: next\nTime expressions and event triggers (JSON): {}'
     parsed = parse_answer(raw, "comp", False, prompt_form="completion")
     assert [(p["text"], p["label"]) for p in parsed.predictions] == [
         ("Tuesday", "TIMEX"),
         ("resumed", "EVENT"),
         ("strike", "EVENT"),
-        ("began", "EVENT"),
     ]
     assert parsed.ok and parsed.well_formed
-    cut = parse_answer(' ["Tuesday"]\nEvents: ["resumed", "stri', "comp", False, prompt_form="completion")
+    cut = parse_answer(' {"timex": ["Tuesday"], "eventx": ["resumed", "stri', "comp", False, prompt_form="completion")
     assert cut.ok and not cut.well_formed
     assert [(p["text"], p["label"]) for p in cut.predictions] == [("Tuesday", "TIMEX"), ("resumed", "EVENT")]
-    only_first = parse_answer(' ["Tuesday"]', "comp", False, prompt_form="completion")
-    assert (
-        only_first.ok
-        and not only_first.well_formed
-        and only_first.predictions == [{"text": "Tuesday", "label": "TIMEX"}]
-    )
-    as_json = parse_answer(' {"timex": ["noon"], "eventx": ["left"]}', "comp", False, prompt_form="completion")
-    assert [(p["text"], p["label"]) for p in as_json.predictions] == [("noon", "TIMEX"), ("left", "EVENT")]
     garbled = parse_answer(" none\nEvents: nothing", "comp", False, prompt_form="completion")
     assert garbled.ok is False and garbled.predictions == []
 

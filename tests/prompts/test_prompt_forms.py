@@ -12,6 +12,7 @@ from src import study
 from src.prompts import (
     STRATEGY_NAMES,
     TASKS,
+    PromptOptions,
     build_messages,
     build_request_parts,
     get_strategy,
@@ -130,8 +131,9 @@ def test_completion_form(name, task, fmt, train_records):
         label = templates.COMPLETION_LABELS[study.TASK_LABELS[task][0]]
         assert cue == label + ":"
         assert all(f"\n{label}: [" in text for _ in exemplars)
-    if not strategy.abductive and task == "comp" and exemplars:
-        assert "\nTime expressions: [" in text and "\nEvents: [" in text
+    if not strategy.abductive and task == "comp":  # one JSON object, constrained like every answer
+        assert cue == "Time expressions and event triggers (JSON):"
+        assert all(f"\n{cue} {{" in text for _ in exemplars)
     if strategy.abductive:
         assert cue.startswith("Reasoning steps and") and cue.endswith("(JSON):")
 
@@ -142,7 +144,7 @@ def test_completion_form(name, task, fmt, train_records):
 def test_request_parts(fmt, form, constrained, train_records):
     for name, task in ALL_CASES:
         strategy, exemplars, messages = _case(name, task, train_records, answer_format=fmt, prompt_form=form)
-        parts = build_request_parts(strategy, task, INPUT, exemplars, fmt, form, constrained)
+        parts = build_request_parts(strategy, task, INPUT, exemplars, PromptOptions(fmt, form, constrained))
         assert parts.messages == messages
         assert parts.completion is (form == "completion")
         assert parts.response_schema == request_schema(task, strategy, fmt, constrained, form)
