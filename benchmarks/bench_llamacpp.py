@@ -235,25 +235,31 @@ def main() -> None:
             for r, t in zip(requests[:: max(1, len(requests) // 6)], row["texts"][:: max(1, len(requests) // 6)])
         ]
         del row["texts"]
+    settings = {
+        "requests": len(requests),
+        "sentences_per_task": args.sentences,
+        "documents_per_task": args.documents,
+        "max_tokens": args.max_tokens,
+        "threads": args.threads,
+        "strategies": list(STRATEGY_NAMES),
+        "tasks": list(TASKS),
+        "model": MODEL,
+    }
+    write_results(args.out, settings, rows, summary)
+
+
+def write_results(path: Path, settings: dict, rows: dict, summary: dict) -> None:
+    """The benchmark's JSON: machine, command line, settings, per-engine rows and the summary."""
     out = {
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "load_average_at_end": os.getloadavg()},
-        "command": "python benchmarks/bench_llamacpp.py " + " ".join(sys.argv[1:]),
-        "settings": {
-            "requests": len(requests),
-            "sentences_per_task": args.sentences,
-            "documents_per_task": args.documents,
-            "max_tokens": args.max_tokens,
-            "threads": args.threads,
-            "strategies": list(STRATEGY_NAMES),
-            "tasks": list(TASKS),
-            "model": MODEL,
-        },
+        "command": "python " + " ".join([str(Path(sys.argv[0]).resolve().relative_to(ROOT)), *sys.argv[1:]]),
+        "settings": settings,
         "results": rows,
         "summary": summary,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(out, indent=2) + "\n")
-    print(f"wrote {args.out}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(out, indent=2) + "\n")
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":

@@ -20,12 +20,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_llamacpp import MODEL, ROOT, build_requests, run_project, timed  # noqa: E402
+from bench_llamacpp import MODEL, ROOT, build_requests, run_project, timed, write_results  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "llamacpp_workers.json"
 LAYOUTS = {"reference_1x1": (1, 1), "threads_1x2": (1, 2), "workers_2x1": (2, 1)}
@@ -54,22 +53,14 @@ def main() -> None:
         summary[name] = {"ratio": row["ratio_to_reference"], "identical": row["identical_to_reference"]}
         del row["texts"]
     print(json.dumps(summary, indent=2))
-    out = {
-        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "load_average_at_end": os.getloadavg()},
-        "command": "python benchmarks/bench_llamacpp_workers.py " + " ".join(sys.argv[1:]),
-        "settings": {
-            "requests": len(requests),
-            "sentences_per_task": args.sentences,
-            "documents_per_task": args.documents,
-            "max_tokens": args.max_tokens,
-            "model": MODEL,
-        },
-        "results": rows,
-        "summary": summary,
+    settings = {
+        "requests": len(requests),
+        "sentences_per_task": args.sentences,
+        "documents_per_task": args.documents,
+        "max_tokens": args.max_tokens,
+        "model": MODEL,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(out, indent=2) + "\n")
-    print(f"wrote {args.out}")
+    write_results(args.out, settings, rows, summary)
 
 
 if __name__ == "__main__":
