@@ -51,6 +51,7 @@ def main() -> None:
         same = sum(a == b for a, b in zip(row["texts"], reference["texts"]))
         row["identical_to_reference"] = f"{same}/{len(requests)}"
         summary[name] = {"ratio": row["ratio_to_reference"], "identical": row["identical_to_reference"]}
+    for row in rows.values():
         del row["texts"]
     print(json.dumps(summary, indent=2))
     settings = {

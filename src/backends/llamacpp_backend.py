@@ -41,7 +41,7 @@ import os
 import re
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
@@ -279,10 +279,11 @@ class LlamaCppBackend(LocalBackend):
             with ThreadPoolExecutor(max_workers=len(contexts), thread_name_prefix="llamacpp") as pool:
                 futures = [pool.submit(work, llm) for llm in contexts]
                 try:
-                    for future in futures:
-                        future.result()  # a failing on_result callback surfaces here
+                    wait(futures, return_when=FIRST_EXCEPTION)
                 finally:
-                    stop.set()
+                    stop.set()  # one worker failed (or we were interrupted): the others stop too
+                for future in futures:
+                    future.result()  # a failing on_result callback surfaces here
         prompt = self.stats["prompt_tokens"] - before["prompt_tokens"]
         reused = self.stats["prompt_tokens_reused"] - before["prompt_tokens_reused"]
         completion = self.stats["completion_tokens"] - before["completion_tokens"]

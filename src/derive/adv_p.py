@@ -459,7 +459,9 @@ def rewrite_records(
     return outcome
 
 
-RULE_TRIES = ((2, 0), (2, 1), (1, 0), (1, 1), (1, 2))  # (words noised, variant), in order
+#: (words noised, variant), in order. One typo in a short sentence can still fall below the
+#: similarity bound, so 1-word noise gets several seeded variants (other words, other edits).
+RULE_TRIES = ((2, 0), (2, 1)) + tuple((1, variant) for variant in range(8))
 
 
 def _rule_fallback(pending, settings, similarity, outcome, accepted, reject) -> list[Record]:

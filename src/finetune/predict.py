@@ -61,6 +61,7 @@ class TokenClassifier:
         max_length: int = DEFAULT_MAX_LENGTH,
         device: str = "cpu",
         overlap_words: int = DEFAULT_OVERLAP_WORDS,
+        outside_bias: float = 0.0,
     ):
         if sorted(labels) != sorted(tag_set(span_label)):
             raise ValueError(f"labels {labels} do not match the tag set of {span_label}: {tag_set(span_label)}")
@@ -72,6 +73,7 @@ class TokenClassifier:
         self.max_length = int(max_length)
         self.device = device
         self.overlap_words = overlap_words
+        self.outside_bias = float(outside_bias)
         self._outside = self.labels.index(OUTSIDE)
 
     @classmethod
@@ -90,14 +92,16 @@ class TokenClassifier:
             label_map = json.loads(map_path.read_text(encoding="utf-8"))
             labels, span_label = label_map["labels"], label_map["span_label"]
             max_length = int(label_map.get("max_length", DEFAULT_MAX_LENGTH))
+            outside_bias = float(label_map.get("outside_bias", 0.0))
             if labels != config_labels:
                 raise ValueError(f"{map_path}: labels {labels} differ from the model config's {config_labels}")
         else:
             labels, span_label = config_labels, _span_label_from_tags(config_labels)
             max_length = model_window(model, tokenizer)
+            outside_bias = 0.0
         if tokenizer.pad_token is None:
             tokenizer.pad_token = tokenizer.eos_token
-        return cls(model, tokenizer, labels, span_label, max_length=max_length, device=device)
+        return cls(model, tokenizer, labels, span_label, max_length, device, outside_bias=outside_bias)
 
     @property
     def max_pieces(self) -> int:
@@ -159,8 +163,15 @@ class TokenClassifier:
         return out  # type: ignore[return-value]
 
     def predict_tags(self, batch: list[list[str]]) -> list[list[str]]:
-        """The most probable tag of every word."""
-        return [[self.labels[k] for k in probs.argmax(axis=1)] for probs in self.predict_word_probs(batch)]
+        """The most probable tag of every word, ``O`` weighted by ``exp(outside_bias)``: the
+        decision threshold calibrated on validation (> 0 trades recall for precision)."""
+        tags = []
+        for probs in self.predict_word_probs(batch):
+            if self.outside_bias:
+                probs = probs.copy()
+                probs[:, self._outside] *= np.exp(self.outside_bias)
+            tags.append([self.labels[k] for k in probs.argmax(axis=1)])
+        return tags
 
     def predict_span_objects(
         self, records: list[Record], batch_size: int = 32, progress: bool = False

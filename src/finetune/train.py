@@ -65,6 +65,8 @@ RUN_FILE = "training_run.json"
 REPORT_CHOICES = ("mlflow", "none")
 DEFAULT_EXPERIMENT = "tempgen"  # conf/config.yaml mlflow.experiment, as src.finetune.evaluate
 WEIGHT_PATTERNS = ("model*.safetensors", "pytorch_model*.bin")
+#: log-weights of ``O`` tried on validation after training (calibrate_outside_bias)
+OUTSIDE_BIAS_GRID = (-1.0, -0.5, 0.0, 0.5, 1.0, 1.5, 2.0, 3.0)
 
 
 @dataclass
@@ -95,6 +97,7 @@ class TrainConfig:
     max_length: int
     logging_steps: int
     full_determinism: bool
+    calibrate_outside_bias: bool
     num_threads: int | None
     report_to: str
     include_negatives: bool
@@ -485,7 +488,13 @@ def _train(
     train_seconds = time.perf_counter() - started
     trainer.save_model(str(out))
     identity = {k: v for k, v in (summary_extra or {}).items() if k in ("model", "family", "task")}
-    save_label_map(out, labels, label, max_length, **identity)
+    calibration = (
+        calibrate_outside_bias(model, tokenizer, val_records, label, max_length)
+        if config.calibrate_outside_bias
+        else {}
+    )
+    bias = calibration.get("outside_bias", 0.0)
+    save_label_map(out, labels, label, max_length, outside_bias=bias, **identity)
     best_step = _checkpoint_step(trainer.state.best_model_checkpoint)
     examples_seen = trainer.state.epoch * len(train_set)  # fractional epochs when stopped early
     eval_seconds = sum(entry.get("eval_runtime", 0.0) for entry in trainer.state.log_history)
@@ -503,6 +512,8 @@ def _train(
         "best_val_f1": trainer.state.best_metric,
         "best_step": best_step,
         "val_metrics": _eval_entry(trainer.state.log_history, best_step),
+        "outside_bias": bias,
+        **calibration,
         "train_loss": result.training_loss,
         "train_time_s": train_seconds,
         "eval_time_s": eval_seconds,
@@ -514,6 +525,25 @@ def _train(
     (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     shutil.rmtree(checkpoints, ignore_errors=True)
     return summary
+
+
+def calibrate_outside_bias(
+    model: Any, tokenizer: Any, val_records: list[Record], label: str, max_length: int
+) -> dict[str, Any]:
+    """The ``O`` weight (:attr:`TokenClassifier.outside_bias`) with the best validation LCS F1
+    over whole sentences, target-free ones included; ties go to the smaller weight."""
+    from src.finetune.predict import TokenClassifier
+    from src.scoring.metrics import score_pairs
+
+    classifier = TokenClassifier(model, tokenizer, tag_set(label), label, max_length, device=str(model.device))
+    by_bias: dict[str, float] = {}
+    for bias in OUTSIDE_BIAS_GRID:
+        classifier.outside_bias = bias
+        predictions = classifier.predict_spans(val_records)
+        by_bias[f"{bias:g}"] = round(score_pairs(zip(val_records, predictions)).prf("lcs")[2], 6)
+    best = min(OUTSIDE_BIAS_GRID, key=lambda b: (-by_bias[f"{b:g}"], abs(b)))
+    logger.info("outside bias %g: validation LCS F1 %s", best, by_bias)
+    return {"outside_bias": best, "val_lcs_f1_by_outside_bias": by_bias}
 
 
 def _eval_entry(log_history: list[dict[str, Any]], step: int | None) -> dict[str, Any]:

@@ -57,6 +57,30 @@ def test_spans_of_long_documents_are_windowed(classifier):
     assert classifier.predict_spans(records, batch_size=4) == [[s.text for s in spans[0]], []]
 
 
+def test_outside_bias_moves_the_decision_threshold_and_is_read_from_the_label_map(tiny_checkpoint, tmp_path):
+    import shutil
+
+    words = [["The", "talks", "ended", "yesterday", "after", "three", "long", "days", "."]]
+    plain = TokenClassifier.load(tiny_checkpoint)
+    probs = plain.predict_word_probs(words)[0]
+    outside = plain.labels.index("O")
+    for bias in (-3.0, 0.0, 3.0):
+        plain.outside_bias = bias
+        weighted = probs.copy()
+        weighted[:, outside] *= np.exp(bias)
+        assert plain.predict_tags(words)[0] == [plain.labels[k] for k in weighted.argmax(axis=1)]
+    plain.outside_bias = 50.0  # O always wins: no span at all
+    assert plain.predict_tags(words)[0] == ["O"] * len(words[0])
+    plain.outside_bias = -50.0  # O never wins
+    assert "O" not in plain.predict_tags(words)[0]
+    copy = tmp_path / "biased"
+    shutil.copytree(tiny_checkpoint, copy)
+    label_map = json.loads((copy / "label_map.json").read_text())
+    (copy / "label_map.json").write_text(json.dumps({**label_map, "outside_bias": 1.5}))
+    assert TokenClassifier.load(copy).outside_bias == 1.5
+    assert TokenClassifier.load(tiny_checkpoint).outside_bias == 0.0  # older checkpoints: no bias
+
+
 def test_prediction_command_writes_the_scorer_format(tiny_checkpoint, tmp_path, synthetic_records):
     records = synthetic_records[:10] + [Record("doc-long", "d", long_document(15), [], "s")]
     source = tmp_path / "input.jsonl"

@@ -242,8 +242,18 @@ def test_tiny_training_run_lowers_the_loss_and_writes_a_loadable_checkpoint(tmp_
     assert summary["train_examples_per_s"] > 0
     assert not (out / "checkpoints").exists()
 
+    # the O weight kept is the grid point with the best validation LCS F1 (ties: the smaller weight)
+    from src.finetune.train import OUTSIDE_BIAS_GRID
+
+    by_bias = summary["val_lcs_f1_by_outside_bias"]
+    assert sorted(by_bias) == sorted(f"{b:g}" for b in OUTSIDE_BIAS_GRID)
+    best = max(by_bias.values())
+    assert by_bias[f"{summary['outside_bias']:g}"] == best
+    assert abs(summary["outside_bias"]) == min(abs(float(b)) for b, f1 in by_bias.items() if f1 == best)
+
     classifier = TokenClassifier.load(out)
     assert classifier.labels == ["O", "B-T", "I-T"] and classifier.max_length == 64
+    assert classifier.outside_bias == summary["outside_bias"]
     text = "Sales rose 5 % in the third quarter after the merger ."
     [spans] = classifier.predict_spans([Record("t", "d", text, [], "s")])
     assert all(span in text for span in spans)
