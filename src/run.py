@@ -19,7 +19,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from src import study
-from src.cli import optional_int
+from src.cli import one_line, optional_int
 from src.data.schema import Record, read_records
 from src.data.splits import subset_by_id
 from src.params import register_resolver
@@ -35,7 +35,7 @@ from src.scoring.runner import (
     report_failures,
     write_summary,
 )
-from src.tracking import config_secrets, data_version, git_commit, log_json_artifact, redact
+from src.tracking import StoreError, config_secrets, data_version, git_commit, log_json_artifact, redact
 
 log = logging.getLogger("src.run")
 register_resolver()
@@ -297,8 +297,8 @@ def run(cfg: DictConfig) -> int:
 def main(cfg: DictConfig) -> None:
     try:
         code = run(cfg)
-    except ConfigError as error:
-        print(f"error: {error}", file=sys.stderr)
+    except (ConfigError, StoreError) as error:
+        print(f"error: {one_line(str(error))}", file=sys.stderr)
         sys.exit(2)
     if code:
         sys.exit(code)

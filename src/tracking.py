@@ -67,12 +67,19 @@ def store_lock_path(uri: str) -> Path:
     return Path(tempfile.gettempdir()) / f"tempgen-mlflow-{digest}.lock"
 
 
+class StoreError(ValueError):
+    """The tracking store cannot be opened: a bad URI, or a store MLflow refuses (one line)."""
+
+
 def start_experiment(name: str, uri: str | None = None) -> str:
     """Point MLflow at the store and the experiment (artifacts beside a local store); returns its id.
 
     Safe when several processes do it at once on a fresh store (see the module docstring).
+    Raises StoreError when MLflow refuses the store (e.g. a ``file:`` store, which MLflow 3
+    keeps in maintenance mode: use ``sqlite:///PATH`` or an ``http://`` server).
     """
     import mlflow
+    from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
     resolved = tracking_uri(uri)
@@ -82,7 +89,11 @@ def start_experiment(name: str, uri: str | None = None) -> str:
         location = (LOCAL_STORE / "artifacts").as_uri()
     with FileLock(str(store_lock_path(resolved)), timeout=STORE_LOCK_TIMEOUT_S):
         # The first client call creates and migrates the schema: only one process at a time.
-        experiment_id = _get_or_create_experiment(MlflowClient(resolved), name, location)
+        try:
+            experiment_id = _get_or_create_experiment(MlflowClient(resolved), name, location)
+        except MlflowException as exc:
+            first = str(exc.message if hasattr(exc, "message") else exc).strip().splitlines()[0]
+            raise StoreError(f"tracking store {resolved!r}: {first}") from None
     mlflow.set_experiment(experiment_id=experiment_id)
     return experiment_id
 

@@ -132,3 +132,14 @@ def test_store_lock_sits_beside_a_sqlite_file_and_in_tmp_otherwise(tmp_path):
     assert tracking.store_lock_path(f"sqlite:///{tmp_path / 'm.db'}") == tmp_path / "m.db.lock"
     remote = tracking.store_lock_path("http://127.0.0.1:5000")
     assert remote.parent == Path(tempfile.gettempdir()) and remote != tracking.store_lock_path("http://other:5000")
+
+
+def test_a_store_mlflow_refuses_is_one_clear_error(tmp_path, monkeypatch):
+    """A ``file:`` store used to end the run with MLflow's traceback; now it is one line."""
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
+    from src.tracking import StoreError, start_experiment
+
+    uri = (tmp_path / "mlruns").as_uri()
+    with pytest.raises(StoreError, match=r"tracking store 'file://.*mlruns': The filesystem tracking backend") as info:
+        start_experiment("tempgen", uri)
+    assert "\n" not in str(info.value)

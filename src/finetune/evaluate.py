@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from src import study
-from src.cli import optional_int
+from src.cli import MAX_RESAMPLES, OneLineArgumentParser, bounded_int, optional_int, seed_type
 from src.data.schema import read_records
 from src.data.splits import subset_by_id
 from src.finetune.models import MODEL_SPECS
@@ -129,7 +129,7 @@ def evaluate_model(args: argparse.Namespace) -> tuple[RunRecord, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = OneLineArgumentParser(prog="python -m src.finetune.evaluate", description=__doc__.splitlines()[0])
     parser.add_argument("--model", required=True, choices=sorted(MODEL_SPECS))
     parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=TASKS)
     parser.add_argument("--datasets", nargs="+", default=list(DEFAULT_DATASETS), choices=DEFAULT_DATASETS)
@@ -137,10 +137,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prepared", type=Path, default=None, help="default: paths.prepared of params.yaml")
     parser.add_argument("--derived", type=Path, default=None, help="default: paths.derived of params.yaml")
     parser.add_argument("--limit", type=optional_int, default=None, help="instances per dataset (seeded subset by id)")
-    parser.add_argument("--seed", type=int, default=None, help="default: seed of params.yaml")
-    parser.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples for the F1 interval")
+    parser.add_argument("--seed", type=seed_type, default=None, help="default: seed of params.yaml")
+    parser.add_argument(
+        "--resamples", type=bounded_int(1, MAX_RESAMPLES), default=1000, help="bootstrap resamples for the F1 interval"
+    )
     parser.add_argument("--variants", nargs="*", default=[], help="extra scorer variants (src/scoring/variants.py)")
-    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--batch-size", type=bounded_int(1, 4096), default=32)
     parser.add_argument("--experiment", default="tempgen")
     parser.add_argument("--tracking-uri", default=None)
     parser.add_argument("--summary", type=Path, default=None, help="write the DVC-tracked metrics summary here")
