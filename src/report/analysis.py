@@ -27,15 +27,22 @@ from src.report.provenance import is_dirty
 PROMPTED, FINETUNED = "prompted", "fine-tuned"
 
 
+@dataclass(frozen=True)
+class AnalysisSettings:
+    """How the tests were run: bootstrap resamples and seed, significance level, correction."""
+
+    resamples: int
+    seed: int
+    alpha: float
+    correction: str
+
+
 @dataclass
 class Analysis:
     """Every computed result the figures and the report draw from."""
 
     study: Study
-    resamples: int
-    seed: int
-    alpha: float
-    correction: str
+    settings: AnalysisSettings
     dimensions: dict[str, list[str]]
     groups: dict[str, list[str]]
     f1: pd.DataFrame
@@ -53,6 +60,22 @@ class Analysis:
     provenance: pd.DataFrame
     top_gold: dict[str, dict] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def resamples(self) -> int:
+        return self.settings.resamples
+
+    @property
+    def seed(self) -> int:
+        return self.settings.seed
+
+    @property
+    def alpha(self) -> float:
+        return self.settings.alpha
+
+    @property
+    def correction(self) -> str:
+        return self.settings.correction
 
     @property
     def corrections(self) -> tuple[str, str]:
@@ -148,32 +171,28 @@ def run_analysis(
         moe_tables.append(table.assign(correction=c) if not table.empty else table)
     series = rq.size_series(study.runs)
     curves, trend = rq.size_curves(f1, study.runs, series)
-    correlations = rq.rq2_correlations(f1, groups, correction)
-    errors = rq.error_breakdown(study.scores[study.scores["config"].isin(prompted)])
-    timings["analysis_s"] = time.perf_counter() - started
-    return Analysis(
+    analysis = Analysis(
         study=study,
-        resamples=resamples,
-        seed=seed,
-        alpha=alpha,
-        correction=correction,
+        settings=AnalysisSettings(resamples, seed, alpha, correction),
         dimensions=dimensions,
         groups=groups,
         f1=f1,
         prompted=family,
         finetuned=finetuned,
         rq1=rq1,
-        rq2=correlations,
+        rq2=rq.rq2_correlations(f1, groups, correction),
         strategy_pairs=strategy_pairs,
         dense_vs_moe=pd.concat(moe_tables, ignore_index=True),
         dense_vs_moe_reason=reason,
         series=series,
         size_curves=curves,
         size_trend=trend,
-        errors=errors,
+        errors=rq.error_breakdown(study.scores[study.scores["config"].isin(prompted)]),
         provenance=provenance_table(study.runs),
         timings=timings,
     )
+    timings["analysis_s"] = time.perf_counter() - started
+    return analysis
 
 
 def instance_table(analysis: Analysis) -> pd.DataFrame:
