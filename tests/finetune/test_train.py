@@ -228,6 +228,8 @@ def test_tiny_training_run_lowers_the_loss_and_writes_a_loadable_checkpoint(tmp_
             "include_negatives=false",
             "--set",
             "report_to=none",
+            "--set",
+            "calibrate_outside_bias=true",
         ]
     )
     elapsed = time.perf_counter() - started
