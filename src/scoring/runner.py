@@ -146,10 +146,19 @@ def log_dataset_input(plan: DatasetPlan) -> None:
     import mlflow
     from mlflow.data.meta_dataset import MetaDataset
     from mlflow.data.sources import LocalArtifactDatasetSource
+    from mlflow.exceptions import MlflowException
 
     source = LocalArtifactDatasetSource(str(plan.path))
     dataset = MetaDataset(source=source, name=f"{plan.task}/{plan.dataset}", digest=file_md5(plan.path))
-    mlflow.log_input(dataset, context="evaluation", tags={"task": plan.task, "dataset": plan.dataset})
+    for attempt in (1, 2):
+        try:
+            mlflow.log_input(dataset, context="evaluation", tags={"task": plan.task, "dataset": plan.dataset})
+            return
+        except MlflowException as exc:
+            # two runs of a sweep logging the same dataset at the same moment: the loser's insert
+            # hits the store's unique key; the second attempt finds the row the winner wrote
+            if attempt == 2 or "UNIQUE constraint" not in str(exc):
+                raise
 
 
 def evaluate_configuration(

@@ -146,5 +146,7 @@ def test_sigkill_then_resume_equals_the_uninterrupted_run(workspace: Path, refer
         _run(workspace, server, None)
         resent = cached & set(server.prompts)
         assert not resent, f"re-sent requests for cached answers: {sorted(resent)}"
-        assert len(server.prompts) == len(WORDS) - len(cached)
+        # distinct prompts: the killed client's in-flight request may still be logged by its
+        # server thread after the clear (it was never answered, so it is rightly sent again)
+        assert len(set(server.prompts)) == len(WORDS) - len(cached)
     assert _final_metrics(workspace) == pytest.approx(reference)
