@@ -22,6 +22,7 @@ from src import study
 from src.cli import one_line, optional_int
 from src.data.schema import Record, read_records
 from src.data.splits import subset_by_id
+from src.data.text import words
 from src.params import register_resolver
 from src.prompts import PromptOptions, Strategy, build_request_parts, select_exemplars, strategy_from_config
 from src.prompts.answer_schema import ANSWER_FORMATS, PROMPT_FORMS
@@ -57,6 +58,26 @@ def checked_limit(cfg: DictConfig) -> int | None:
         return optional_int(cfg.limit)
     except ValueError as error:
         raise ConfigError(f"limit: {error}") from None
+
+
+def checked_max_input_words(cfg: DictConfig) -> int | None:
+    try:
+        return optional_int(cfg.get("max_input_words"))
+    except ValueError as error:
+        raise ConfigError(f"max_input_words: {error}") from None
+
+
+def planned_records(path: Path, limit: int | None, seed: int, max_words: int | None) -> list[Record]:
+    """The records a run scores: those of at most ``max_words`` words, then the seeded ``limit`` subset."""
+    records = read_records(path)
+    if max_words is not None:
+        kept = [r for r in records if len(words(r.text)) <= max_words]
+        if not kept:
+            raise ConfigError(f"max_input_words: no input of {path} has at most {max_words} words")
+        if len(kept) < len(records):
+            log.info("%s: %d of %d inputs have at most %d words", path, len(kept), len(records), max_words)
+        records = kept
+    return subset_by_id(records, limit, seed)
 
 
 def planned_datasets(cfg: DictConfig) -> list[tuple[str, str, Path]]:
@@ -102,6 +123,7 @@ def prompt_options(cfg: DictConfig) -> PromptOptions:
 def check_config(cfg: DictConfig) -> tuple[Strategy, PromptOptions, list[tuple[str, str, Path]]]:
     """Every override that could fail later, checked before a backend or a run is opened."""
     checked_limit(cfg)
+    checked_max_input_words(cfg)
     try:
         strategy = strategy_from_config(cfg.strategy)
         optional_int(cfg.generation.max_tokens)
@@ -239,6 +261,7 @@ def run_record(cfg: DictConfig, strategy: Strategy, options: PromptOptions, file
         "size_series": model.get("size_series"),
         "dimension": cfg.dimension.name,
         "limit": checked_limit(cfg),
+        "max_input_words": checked_max_input_words(cfg),
         "seed": cfg.seed,
         "temperature": float(cfg.generation.temperature),
         "answer_format": options.answer_format,
@@ -260,9 +283,9 @@ def run(cfg: DictConfig) -> int:
         backend = build_backend(cfg)
     except (ValueError, ImportError, RuntimeError, FileNotFoundError) as error:
         raise ConfigError(f"model {cfg.model.name}: {error}") from None
-    limit = checked_limit(cfg)
+    limit, max_words = checked_limit(cfg), checked_max_input_words(cfg)
     plans = [
-        DatasetPlan(task, dataset, path, subset_by_id(read_records(path), limit, int(cfg.seed)))
+        DatasetPlan(task, dataset, path, planned_records(path, limit, int(cfg.seed), max_words))
         for task, dataset, path in files
     ]
     record = run_record(cfg, strategy, options, [path for _, _, path in files])

@@ -203,6 +203,8 @@ def test_missing_api_key_fails_before_any_request(workspace: Path):
     [
         "limit=abc",
         "limit=-1",
+        "max_input_words=-1",
+        "max_input_words=2",  # no input is that short
         "tasks=[nope]",
         "datasets=[nope]",
         "prompt.answer_format=nope",
@@ -233,6 +235,17 @@ def test_each_dataset_is_an_mlflow_input_with_its_dvc_hash(workspace: Path):
     assert inputs["timex/base"].digest == expected
     assert "prepared/timex/base.jsonl" in inputs["timex/base"].source
     assert runs[-1].data.metrics["timex.base.truncated_rate"] == 0.0
+
+
+def test_max_input_words_leaves_out_longer_inputs_before_the_limit_subset(tmp_path: Path):
+    from src.run import planned_records
+
+    path = tmp_path / "len.jsonl"
+    texts = {"short": "One two three .", "middle": "One two three four five six .", "long": "word " * 40 + "."}
+    write_records(path, [_record(f"{rid}#s0", text, []) for rid, text in texts.items()])
+    assert [r.id for r in planned_records(path, None, 13, 7)] == ["short#s0", "middle#s0"]
+    assert len(planned_records(path, None, 13, None)) == 3
+    assert [r.id for r in planned_records(path, 1, 13, 4)] == ["short#s0"]
 
 
 def test_documents_have_their_own_generation_budget():

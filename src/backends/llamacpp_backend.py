@@ -68,11 +68,18 @@ def import_llama_cpp() -> Any:
     return llama_cpp
 
 
+#: llama-cpp-python's string character rule admits raw control characters (a newline inside a
+#: string), which no JSON parser accepts; upstream llama.cpp's rule excludes them.
+_LOOSE_CHAR_RULE = re.compile(r'^char ::= \[\^"\\\\\]', flags=re.M)
+_JSON_CHAR_CLASS = r'[^"\\\x7F\x00-\x1F]'
+
+
 def grammar_for_schema(schema: str) -> str:
     """GBNF for a JSON schema (llama.cpp's converter), allowing one space before the value.
 
     The optional leading space lets a completion prompt that ends in ``...:`` continue with the
-    tokenizer's usual `` [`` token instead of forcing an unusual split.
+    tokenizer's usual `` [`` token instead of forcing an unusual split. String characters
+    exclude control characters, as JSON requires (:data:`_LOOSE_CHAR_RULE`).
     """
     from llama_cpp.llama_grammar import json_schema_to_gbnf
 
@@ -80,6 +87,7 @@ def grammar_for_schema(schema: str) -> str:
     if not re.search(r"^root ::=", gbnf, flags=re.M):
         raise ValueError("llamacpp backend: the schema's grammar has no root rule")
     gbnf = re.sub(r"^root ::=", "json-answer ::=", gbnf, count=1, flags=re.M)
+    gbnf = _LOOSE_CHAR_RULE.sub(lambda _: "char ::= " + _JSON_CHAR_CLASS, gbnf)
     return 'root ::= " "? json-answer\n' + gbnf
 
 

@@ -396,6 +396,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--similarity-threshold", type=float, default=0.8)
     parser.add_argument("--max-edit-distance", type=int, default=30, help="character attack: Levenshtein bound")
     parser.add_argument(
+        "--char-every-position",
+        type=parse_bool,
+        default=True,
+        metavar="BOOL",
+        help="character attack: try each edit at every position of a word (false: one random position, "
+        "as TextAttack's DeepWordBug recipe)",
+    )
+    parser.add_argument(
         "--counter-fitted",
         choices=("auto", "yes", "no"),
         default="auto",
@@ -428,7 +436,11 @@ def main(argv: Sequence[str] | None = None) -> None:
             adjacent_first=args.adjacent_first,
             minilm_neighbours=args.minilm_neighbours,
         ),
-        CharAttackSettings(max_edit_distance=args.max_edit_distance, adjacent_first=args.adjacent_first),
+        CharAttackSettings(
+            max_edit_distance=args.max_edit_distance,
+            adjacent_first=args.adjacent_first,
+            every_position=args.char_every_position,
+        ),
         kinds=kinds,
         device=args.device,
         criterion=args.success_criterion,
@@ -449,6 +461,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "success_threshold": args.success_threshold,
         "adjacent_first": args.adjacent_first,
         "eventx_char": args.eventx_char,
+        "char_every_position": args.char_every_position,
         "minilm_neighbours": args.minilm_neighbours,
         "attacks": list(attacker.attacks),
         "victim": str(args.checkpoint),

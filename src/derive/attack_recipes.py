@@ -74,6 +74,8 @@ class CharAttackSettings:
     max_edit_distance: int = 30
     adjacent_first: bool = True
     adjacent_window: int = 2
+    # every position: timex success 9 -> 12 of 36 attacked (44 instances), 1.6 -> 2.2 s per instance
+    every_position: bool = True
 
 
 def gold_word_indices(tracker: GoldTracker, attacked_text: Any) -> set[int]:
@@ -351,14 +353,16 @@ def word_attack(
     return Attack(goal, constraints, word_transformation(settings, sentence_model), search)
 
 
-def char_transformation() -> Any:
-    """DeepWordBug's four edits, one random position each."""
+def char_transformation(every_position: bool = True) -> Any:
+    """DeepWordBug's four edits: at every character position of a word (the search keeps the
+    best), or, as TextAttack's DeepWordBug recipe, at one random position each."""
+    one = not every_position
     return CompositeTransformation(
         [
-            WordSwapNeighboringCharacterSwap(),
-            WordSwapRandomCharacterSubstitution(),
-            WordSwapRandomCharacterDeletion(),
-            WordSwapRandomCharacterInsertion(),
+            WordSwapNeighboringCharacterSwap(random_one=one),
+            WordSwapRandomCharacterSubstitution(random_one=one),
+            WordSwapRandomCharacterDeletion(random_one=one),
+            WordSwapRandomCharacterInsertion(random_one=one),
         ]
     )
 
@@ -370,4 +374,4 @@ def char_attack(goal: Any, tracker: GoldTracker, settings: CharAttackSettings = 
         LevenshteinEditDistance(settings.max_edit_distance),
     ]
     search = GoldFirstWIR(tracker, "unk", settings.adjacent_first, settings.adjacent_window)
-    return Attack(goal, constraints, char_transformation(), search)
+    return Attack(goal, constraints, char_transformation(settings.every_position), search)

@@ -163,20 +163,23 @@ def _is_abductive(strategy: Any) -> bool:
     return bool(strategy.abductive)
 
 
-#: Inputs longer than this (whole documents) keep the plain schema: an enum of every word
-#: n-gram would make the grammar larger than the prompt.
+#: Inputs longer than this (whole documents) get no enum: an enum of every word n-gram would
+#: make the grammar larger than the prompt. Their span strings are bounded by length instead.
 SPAN_ENUM_MAX_WORDS = 120
 #: The longest span (in words) an input-restricted answer may name.
 SPAN_ENUM_NGRAM = 6
+#: The longest span string (characters) of a whole-document answer (gold: timex <= 32, eventx <= 17).
+DOCUMENT_SPAN_MAX_CHARS = 48
 _UNSAFE_IN_ENUM = re.compile(r'["\\\x00-\x1f]')
 #: Input-restricted answers are also bounded, so that a small model's greedy loops (the same
 #: span again and again, reasoning that never ends) stop inside the token budget: at most this
 #: many spans per list (more than 99.8% of the training sentences have fewer: timex <= 4,
-#: eventx and comp <= 11) ...
+#: eventx and comp <= 11; documents keep unbounded lists, they hold up to 222 events) ...
 SPAN_MAX_ITEMS = {"timex": 5, "eventx": 12, "comp": 12}
 #: ... and at most two reasoning steps of at most 40 characters each (measured with the 135M
 #: model, strategy A, 48 tokens: parse failures on eventx t2c / base / comp 10 / 7.5 / 5% with
 #: 60 characters, 7.5 / 5 / 2.5% with 40; the rest are answers cut inside their first span).
+#: Documents get the same reasoning bound: unbounded, A+I looped in its steps on 16 of 40.
 REASONING_MAX_STEPS = 2
 REASONING_MAX_CHARS = 40
 
@@ -203,13 +206,21 @@ def restrict_to_input(schema: dict, text: str, max_items: int | None = None) -> 
     ``max_items``, every span list holds at most that many and the reasoning steps are
     bounded too (:data:`REASONING_MAX_STEPS` of :data:`REASONING_MAX_CHARS`), so every
     answer can end within its token budget. Inputs longer than :data:`SPAN_ENUM_MAX_WORDS`
-    words are returned unchanged.
+    words get no enum and no list bound; with ``max_items`` their span strings are at most
+    :data:`DOCUMENT_SPAN_MAX_CHARS` long and their reasoning is bounded as for sentences.
     """
     from src.data.text import word_offsets
 
     spans = input_spans(text)
-    if not spans or len(word_offsets(text)) > SPAN_ENUM_MAX_WORDS:
+    document = not spans or len(word_offsets(text)) > SPAN_ENUM_MAX_WORDS
+    if document and max_items is None:
         return schema
+
+    def span_list(node: dict) -> dict:
+        if document:
+            return {**node, "items": {"type": "string", "maxLength": DOCUMENT_SPAN_MAX_CHARS}}
+        bound = {} if max_items is None else {"maxItems": max_items}
+        return {**node, "items": {"type": "string", "enum": spans}, **bound}
 
     def visit(node: Any, key: str | None) -> Any:
         if isinstance(node, dict):
@@ -219,8 +230,7 @@ def restrict_to_input(schema: dict, text: str, max_items: int | None = None) -> 
                         return node
                     items = {"type": "string", "maxLength": REASONING_MAX_CHARS}
                     return {**node, "items": items, "maxItems": REASONING_MAX_STEPS}
-                bound = {} if max_items is None else {"maxItems": max_items}
-                return {**node, "items": {"type": "string", "enum": spans}, **bound}
+                return span_list(node)
             return {k: visit(v, k if k not in ("properties", "items") else key) for k, v in node.items()}
         return node
 

@@ -32,7 +32,7 @@ from src.data.schema import Record, Span
 from src.data.text import words
 
 from . import templates
-from .answer_schema import REASONING_KEY, TEXT_KEY, answer_shape
+from .answer_schema import REASONING_KEY, REASONING_MAX_CHARS, TEXT_KEY, answer_shape
 
 SPAN_COUNT_CAP = 4
 
@@ -135,16 +135,37 @@ def _unique_texts(spans: list[Span]) -> list[str]:
     return seen
 
 
+def _candidates_step(strings: list[str]) -> str:
+    """``Candidates: a, b`` within the step bound: whole candidates while they fit, then ``...``."""
+    steps = templates.ABDUCTIVE_EXAMPLE_STEPS
+    full = steps["candidates"].format(candidates=", ".join(strings))
+    if len(full) <= REASONING_MAX_CHARS:
+        return full
+    room = REASONING_MAX_CHARS - len(steps["more"])
+    shown = steps["candidates"].format(candidates="")
+    for position, string in enumerate(strings):
+        addition = (", " if position else "") + string
+        if len(shown) + len(addition) > room:
+            if position == 0:  # a first candidate longer than the step: its leading words
+                for word in string.split():
+                    if len(shown) + len(word) + 1 > room:
+                        break
+                    shown += word + " "
+                shown = shown.rstrip()
+            break
+        shown += addition
+    return shown + steps["more"]
+
+
 def _reasoning_steps(strings: list[str], task: str) -> list[str]:
+    """Two short unquoted steps: the candidates, then why they are all kept."""
     steps = templates.ABDUCTIVE_EXAMPLE_STEPS
     if not strings:
-        return [steps["no_candidates"].format(targets=templates.TARGET_NOUN[task])]
-    candidates = ", ".join(json.dumps(s, ensure_ascii=False) for s in strings)
-    return [
-        steps["candidates"].format(candidates=candidates),
-        steps["check"][task],
-        steps["select_one"] if len(strings) == 1 else steps["select_many"].format(count=len(strings)),
-    ]
+        return [steps["no_candidates"], steps["none_kept"]]
+    noun = templates.TARGET_WORD[task]
+    if len(strings) == 1:
+        return [_candidates_step(strings), steps["select_one"].format(noun=noun)]
+    return [_candidates_step(strings), steps["select_many"].format(count=len(strings), noun=noun)]
 
 
 def gold_value(record: Record, task: str, abductive: bool, answer_format: str = "compact") -> list | dict:

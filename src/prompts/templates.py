@@ -143,18 +143,19 @@ EXAMPLES_HEADER = "Annotated examples:"
 EXAMPLE_BLOCK = "Example {number}\nText: {text}\nOutput: {answer}"
 INPUT_HEADER = "Now annotate this text.\nText: "
 
-#: Reasoning steps shown in abductive exemplars (rendered from gold spans).
+#: Reasoning steps shown in abductive exemplars (rendered from gold spans). Two steps, each at
+#: most ``answer_schema.REASONING_MAX_CHARS`` long and without quotes: a small model copies the
+#: exemplars' steps, and longer or quoted steps left it no token budget for the spans.
 ABDUCTIVE_EXAMPLE_STEPS = {
-    "candidates": "Candidates: {candidates}.",
-    "no_candidates": "No word or phrase here is one of the {targets}.",
-    "check": {
-        "timex": "Each candidate refers to a time and is kept whole with its modifiers.",
-        "eventx": "Each candidate is the head word of something that happens or holds.",
-        "comp": "Each candidate is a whole time expression or the head word of an event.",
-    },
-    "select_one": "One candidate, nothing overlaps: keep it.",
-    "select_many": "No two candidates overlap: keep all {count}.",
+    "candidates": "Candidates: {candidates}",
+    "more": " ...",
+    "no_candidates": "No candidates.",
+    "none_kept": "Nothing to keep.",
+    "select_one": "One {noun} candidate: keep it.",
+    "select_many": "All {count} are {noun}s, none overlap.",
 }
+#: The word for one target in the exemplar steps.
+TARGET_WORD = {"timex": "time", "eventx": "event", "comp": "target"}
 
 #: The reasoning parts' texts in prompt order, keyed by ``src.study.REASONING_PARTS`` names.
 #: An entry is a per-task dict of texts or one text with a ``{targets}`` placeholder. A new

@@ -53,6 +53,26 @@ def test_grammar_from_schema_allows_a_leading_space():
     gbnf = grammar_for_schema(ARRAY_SCHEMA)
     assert gbnf.startswith('root ::= " "? json-answer\n')
     assert "\njson-answer ::=" in gbnf and gbnf.count("root ::=") == 1
+    assert 'char ::= [^"\\\\\\x7F\\x00-\\x1F]' in gbnf, "JSON strings hold no raw control characters"
+
+
+COPY_LINES_PROMPT = (
+    "Copy the text into a JSON list, keeping its line breaks.\n\n"
+    'Text:\nRoses are red\nViolets are blue\nJSON: ["Roses are red\nViolets are blue"]\n\n'
+    'Text:\nSugar is sweet\nAnd so are you\nJSON: ["Sugar is sweet\nAnd so are you"]\n\n'
+    "Text:\nThe sun is up\nThe sky is clear\nJSON:"
+)
+
+
+@pytest.mark.slow
+def test_a_constrained_string_cannot_hold_a_raw_newline(embedded):
+    """llama-cpp-python's grammar let the model copy a raw newline into a string (an A+D+I
+    answer on a len document); json.loads refused it and the answer counted as a parse failure."""
+    schema = json.dumps({"type": "array", "items": {"type": "string", "maxLength": 60}, "maxItems": 1})
+    request = ChatRequest((("user", COPY_LINES_PROMPT),), max_tokens=40, completion=True, response_schema=schema)
+    (result,) = embedded.generate([request])
+    assert result.finish_reason == "stop"
+    assert json.loads(result.text) == ["The sun is up"]
 
 
 def test_cache_key_changes_with_schema_and_completion():

@@ -20,7 +20,7 @@ from src.derive.adv import AttackOutcome, build_attacker, choose, summarize  # n
 from src.derive.attack_constraints import ProtectGoldSpans, SpacyPartOfSpeech  # noqa: E402
 from src.derive.attack_goal import MislabelGoldWords  # noqa: E402
 from src.derive.attack_gold import GoldTracker  # noqa: E402
-from src.derive.attack_recipes import CharAttackSettings, WordAttackSettings  # noqa: E402
+from src.derive.attack_recipes import CharAttackSettings, WordAttackSettings, char_transformation  # noqa: E402
 from src.derive.attack_victim import VictimModel, WordProbs  # noqa: E402
 
 TIME_WORDS = {"monday", "last", "week", "friday", "1990", "yesterday", "month"}
@@ -172,3 +172,21 @@ def test_deepwordbug_edits_stay_within_the_edit_distance_and_off_the_spans(bound
     if bound == 1:
         assert stats["succeeded"] == 0
     assert stats["succeeded"] + stats["failed"] == 2
+
+
+def test_character_edits_at_every_position_offer_each_edit_kind_per_position():
+    """One random position per edit kind left the search 4 candidates a word; at every
+    position it can pick the edit that hurts the victim most (timex success 9 -> 12 of 36)."""
+    text = AttackedText("reported yesterday")
+
+    def candidates(every_position: bool) -> set[str]:
+        transformed = char_transformation(every_position)(text, indices_to_modify={0})
+        assert all(t.words[1] == "yesterday" for t in transformed)
+        return {t.words[0] for t in transformed}
+
+    one = candidates(False)
+    every = candidates(True)
+    assert len(one) <= 4
+    deletions = {"reported"[:i] + "reported"[i + 1 :] for i in range(len("reported"))}
+    assert deletions <= every, "every single-character deletion is a candidate"
+    assert len(every) > 3 * len("reported")

@@ -287,3 +287,26 @@ def _walk(node):
     elif isinstance(node, list):
         for value in node:
             yield from _walk(value)
+
+
+def test_document_answers_get_no_enum_but_bounded_strings_and_reasoning():
+    """Whole documents are too long for an n-gram enum; unbounded, the 135M model looped in
+    its reasoning steps on 16 of 40 len documents (A+I), so they are bounded as for sentences."""
+    import json
+
+    from src.prompts.answer_schema import (
+        DOCUMENT_SPAN_MAX_CHARS,
+        REASONING_MAX_CHARS,
+        REASONING_MAX_STEPS,
+        SPAN_ENUM_MAX_WORDS,
+    )
+
+    document = " ".join(["The talks resumed on Tuesday ."] * (SPAN_ENUM_MAX_WORDS // 5))
+    schema = json.loads(request_schema("timex", "A+I", "compact", True, "completion", input_text=document))
+    props = schema["properties"]
+    assert props["spans"]["items"] == {"type": "string", "maxLength": DOCUMENT_SPAN_MAX_CHARS}
+    assert "maxItems" not in props["spans"], "documents hold up to 222 events: no list bound"
+    assert props["reasoning_steps"]["maxItems"] == REASONING_MAX_STEPS
+    assert props["reasoning_steps"]["items"]["maxLength"] == REASONING_MAX_CHARS
+    plain = json.loads(request_schema("eventx", "I", "compact", True, "completion", input_text=document))
+    assert plain["items"] == {"type": "string", "maxLength": DOCUMENT_SPAN_MAX_CHARS}

@@ -1,5 +1,7 @@
 """The default prompts (compact answers, chat form) are byte-identical to the snapshot taken
-before answer formats and prompt forms existed (tests/prompts/snapshots/compact_chat.json)."""
+before answer formats and prompt forms existed (tests/prompts/snapshots/compact_chat.json).
+The A+I and A+D+I entries were retaken once, on purpose, when the abductive exemplars' steps
+became two short unquoted steps (``exemplars._reasoning_steps``)."""
 
 from __future__ import annotations
 

@@ -20,6 +20,7 @@ from src.prompts import (
     target_spans,
     templates,
 )
+from src.prompts.answer_schema import REASONING_MAX_CHARS, REASONING_MAX_STEPS
 
 from . import build_train_records, make_record
 
@@ -139,8 +140,7 @@ def test_abductive_exemplar_steps_name_the_gold_candidates():
     )
     answer = json.loads(gold_answer(record, "timex", abductive=True))
     assert answer["spans"] == ["last week", "Friday"]
-    assert answer["reasoning_steps"][0] == 'Candidates: "last week", "Friday".'
-    assert answer["reasoning_steps"][-1] == "No two candidates overlap: keep all 2."
+    assert answer["reasoning_steps"] == ["Candidates: last week, Friday", "All 2 are times, none overlap."]
     comp = json.loads(gold_answer(record, "comp", abductive=False))
     assert comp == {"timex": ["last week", "Friday"], "eventx": ["rose", "fell"]}
 
@@ -197,3 +197,26 @@ def test_strategy_from_config_checks_the_flags():
         strategy_from_config({k: v for k, v in cfg.items() if k != "k"})
     with pytest.raises(ValueError, match="needs components"):
         strategy_from_config({**cfg, "components": {"inductive": True, "deductive": True, "abductive": True}})
+
+
+def test_abductive_exemplar_steps_fit_the_bound_a_constrained_answer_allows():
+    """The 135M model copies its exemplars' steps: steps longer than the schema's bound, or
+    quoted candidates (each quote two characters), left it no tokens for the spans."""
+    long_names = ["every month", "the last three years", "this month"]
+    spans = [(name, "TIMEX") for name in long_names]
+    record = make_record("r", "d", "Sales every month for the last three years until this month.", spans)
+    steps = json.loads(gold_answer(record, "timex", abductive=True))["reasoning_steps"]
+    assert steps == ["Candidates: every month ...", "All 3 are times, none overlap."]
+    text = "It ran the two and a half years since the first quarter of 1998."
+    one_long = make_record("s", "d", text, [("the two and a half years since the first quarter of 1998", "TIMEX")])
+    steps = json.loads(gold_answer(one_long, "timex", abductive=True))["reasoning_steps"]
+    assert steps == ["Candidates: the two and a half ...", "One time candidate: keep it."]
+    empty = make_record("t", "d", "Nothing happened.", [])
+    assert json.loads(gold_answer(empty, "eventx", abductive=True))["reasoning_steps"] == [
+        "No candidates.",
+        "Nothing to keep.",
+    ]
+    for record_, task in ((record, "timex"), (one_long, "timex"), (empty, "comp")):
+        steps = json.loads(gold_answer(record_, task, abductive=True))["reasoning_steps"]
+        assert len(steps) <= REASONING_MAX_STEPS
+        assert all(len(step) <= REASONING_MAX_CHARS and '"' not in step for step in steps)
