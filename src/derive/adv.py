@@ -398,7 +398,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--char-every-position",
         type=parse_bool,
-        default=True,
+        default=False,
         metavar="BOOL",
         help="character attack: try each edit at every position of a word (false: one random position, "
         "as TextAttack's DeepWordBug recipe)",

@@ -157,15 +157,14 @@ def _candidates_step(strings: list[str]) -> str:
     return shown + steps["more"]
 
 
-def _reasoning_steps(strings: list[str], task: str) -> list[str]:
-    """Two short unquoted steps: the candidates, then why they are all kept."""
+def _reasoning_steps(strings: list[str]) -> list[str]:
+    """Two short unquoted steps: the candidates, then the selection (the same for every task)."""
     steps = templates.ABDUCTIVE_EXAMPLE_STEPS
     if not strings:
         return [steps["no_candidates"], steps["none_kept"]]
-    noun = templates.TARGET_WORD[task]
     if len(strings) == 1:
-        return [_candidates_step(strings), steps["select_one"].format(noun=noun)]
-    return [_candidates_step(strings), steps["select_many"].format(count=len(strings), noun=noun)]
+        return [_candidates_step(strings), steps["select_one"]]
+    return [_candidates_step(strings), steps["select_many"].format(count=len(strings))]
 
 
 def gold_value(record: Record, task: str, abductive: bool, answer_format: str = "compact") -> list | dict:
@@ -181,7 +180,7 @@ def gold_value(record: Record, task: str, abductive: bool, answer_format: str = 
         if key == TEXT_KEY:
             answer[key] = record.text
         elif key == REASONING_KEY:
-            answer[key] = _reasoning_steps(_unique_texts(spans), task)
+            answer[key] = _reasoning_steps(_unique_texts(spans))
         else:
             answer[key] = _unique_texts([s for s in spans if s.label == span_keys[key]])
     return [answer] if shape.container == "objects" else answer

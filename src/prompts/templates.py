@@ -145,17 +145,16 @@ INPUT_HEADER = "Now annotate this text.\nText: "
 
 #: Reasoning steps shown in abductive exemplars (rendered from gold spans). Two steps, each at
 #: most ``answer_schema.REASONING_MAX_CHARS`` long and without quotes: a small model copies the
-#: exemplars' steps, and longer or quoted steps left it no token budget for the spans.
+#: exemplars' steps, and longer or quoted steps left it no token budget for the spans (and
+#: every generated token of 520 answers per configuration costs time).
 ABDUCTIVE_EXAMPLE_STEPS = {
     "candidates": "Candidates: {candidates}",
     "more": " ...",
     "no_candidates": "No candidates.",
     "none_kept": "Nothing to keep.",
-    "select_one": "One {noun} candidate: keep it.",
-    "select_many": "All {count} are {noun}s, none overlap.",
+    "select_one": "No overlap: keep it.",
+    "select_many": "No overlap: keep all {count}.",
 }
-#: The word for one target in the exemplar steps.
-TARGET_WORD = {"timex": "time", "eventx": "event", "comp": "target"}
 
 #: The reasoning parts' texts in prompt order, keyed by ``src.study.REASONING_PARTS`` names.
 #: An entry is a per-task dict of texts or one text with a ``{targets}`` placeholder. A new

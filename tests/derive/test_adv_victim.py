@@ -87,8 +87,18 @@ def victim_checkpoint(tmp_path_factory):
     return out
 
 
-def test_real_victim_attack_changes_predictions(victim_checkpoint, tmp_path):
+def _attack_timex(base, checkpoint, out, stats, seed: int, budget: int, criterion: str, *extra: str) -> None:
+    """``python -m src.derive.adv`` on timex, in process."""
     from src.derive import adv
+
+    adv.main(
+        ["--input", str(base), "--checkpoint", str(checkpoint), "--task", "timex", "--output", str(out)]
+        + ["--seed", str(seed), "--query-budget", str(budget), "--success-criterion", criterion]
+        + ["--stats", str(stats), *extra]
+    )
+
+
+def test_real_victim_attack_changes_predictions(victim_checkpoint, tmp_path):
     from src.finetune.predict import TokenClassifier
 
     base = synthetic(8, 3)
@@ -96,26 +106,7 @@ def test_real_victim_attack_changes_predictions(victim_checkpoint, tmp_path):
     out, stats_path = tmp_path / "adv.jsonl", tmp_path / "stats.json"
     # word_share: the weak synthetic victim gets few gold spans exactly right, so SeqAttack's any_span
     # criterion skips most instances; the share of mislabelled gold words still drives the search
-    adv.main(
-        [
-            "--input",
-            str(tmp_path / "base.jsonl"),
-            "--checkpoint",
-            str(victim_checkpoint),
-            "--task",
-            "timex",
-            "--output",
-            str(out),
-            "--seed",
-            "7",
-            "--query-budget",
-            "150",
-            "--stats",
-            str(stats_path),
-            "--success-criterion",
-            "word_share",
-        ]
-    )
+    _attack_timex(tmp_path / "base.jsonl", victim_checkpoint, out, stats_path, 7, 150, "word_share")
     derived = read_records(out)
     assert [r.id for r in derived] == [r.id for r in base]
     for original, record in zip(base, derived):
@@ -187,36 +178,13 @@ def test_attacked_records_keep_gold_spans_verbatim_at_valid_offsets(victim_check
     """Three real base instances (synthetic ones when data/prepared is absent), attacked for real."""
     from pathlib import Path
 
-    from src.derive import adv
-
     base_path = Path(__file__).resolve().parents[2] / REAL_BASE["timex"]
     if not base_path.is_file():
         base_path = tmp_path / "base.jsonl"
         write_records(base_path, synthetic(3, 5))
     out, stats_path, examples = tmp_path / "adv.jsonl", tmp_path / "stats.json", tmp_path / "adv.md"
-    adv.main(
-        [
-            "--input",
-            str(base_path),
-            "--checkpoint",
-            str(victim_checkpoint),
-            "--task",
-            "timex",
-            "--output",
-            str(out),
-            "--seed",
-            "13",
-            "--limit",
-            "3",
-            "--query-budget",
-            "60",
-            "--success-criterion",
-            criterion,
-            "--stats",
-            str(stats_path),
-            "--examples",
-            str(examples),
-        ]
+    _attack_timex(
+        base_path, victim_checkpoint, out, stats_path, 13, 60, criterion, "--limit", "3", "--examples", str(examples)
     )
     derived = read_records(out)
     originals = {r.id: r for r in read_records(base_path)}

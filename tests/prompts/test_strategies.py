@@ -140,7 +140,7 @@ def test_abductive_exemplar_steps_name_the_gold_candidates():
     )
     answer = json.loads(gold_answer(record, "timex", abductive=True))
     assert answer["spans"] == ["last week", "Friday"]
-    assert answer["reasoning_steps"] == ["Candidates: last week, Friday", "All 2 are times, none overlap."]
+    assert answer["reasoning_steps"] == ["Candidates: last week, Friday", "No overlap: keep all 2."]
     comp = json.loads(gold_answer(record, "comp", abductive=False))
     assert comp == {"timex": ["last week", "Friday"], "eventx": ["rose", "fell"]}
 
@@ -206,11 +206,11 @@ def test_abductive_exemplar_steps_fit_the_bound_a_constrained_answer_allows():
     spans = [(name, "TIMEX") for name in long_names]
     record = make_record("r", "d", "Sales every month for the last three years until this month.", spans)
     steps = json.loads(gold_answer(record, "timex", abductive=True))["reasoning_steps"]
-    assert steps == ["Candidates: every month ...", "All 3 are times, none overlap."]
+    assert steps == ["Candidates: every month ...", "No overlap: keep all 3."]
     text = "It ran the two and a half years since the first quarter of 1998."
     one_long = make_record("s", "d", text, [("the two and a half years since the first quarter of 1998", "TIMEX")])
     steps = json.loads(gold_answer(one_long, "timex", abductive=True))["reasoning_steps"]
-    assert steps == ["Candidates: the two and a half ...", "One time candidate: keep it."]
+    assert steps == ["Candidates: the two and a half ...", "No overlap: keep it."]
     empty = make_record("t", "d", "Nothing happened.", [])
     assert json.loads(gold_answer(empty, "eventx", abductive=True))["reasoning_steps"] == [
         "No candidates.",
