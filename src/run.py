@@ -128,6 +128,7 @@ def check_config(cfg: DictConfig) -> tuple[Strategy, PromptOptions, list[tuple[s
         strategy = strategy_from_config(cfg.strategy)
         optional_int(cfg.generation.max_tokens)
         optional_int(cfg.generation.get("max_tokens_document"))
+        optional_int(cfg.generation.get("max_tokens_reasoning"))
     except ValueError as error:
         raise ConfigError(str(error)) from None
     temperature = cfg.generation.temperature
@@ -165,12 +166,14 @@ def select_exemplars_for(cfg: DictConfig, strategy: Strategy, task: str) -> list
 
 
 def generation_budget(cfg: DictConfig, strategy: Strategy, dataset: str) -> int:
-    """Max new tokens: the explicit override, else the strategy's budget (both larger for documents)."""
+    """Max new tokens: the explicit override, else the strategy's budget (both larger for
+    documents), plus ``generation.max_tokens_reasoning`` for an abductive answer's steps."""
+    reasoning = (optional_int(cfg.generation.get("max_tokens_reasoning")) or 0) if strategy.abductive else 0
     if dataset in study.DOCUMENT_DATASETS:
         override = optional_int(cfg.generation.get("max_tokens_document"))
-        return strategy.max_tokens_document if override is None else override
+        return (strategy.max_tokens_document if override is None else override) + reasoning
     override = optional_int(cfg.generation.max_tokens)
-    return strategy.max_tokens if override is None else override
+    return (strategy.max_tokens if override is None else override) + reasoning
 
 
 class PromptedSystem:
