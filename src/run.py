@@ -53,18 +53,16 @@ def dataset_file(cfg: DictConfig, task: str, dataset: str) -> Path:
     return Path(study.dataset_path(str(cfg.paths.prepared), str(cfg.paths.derived), task, dataset))
 
 
+def checked_count(cfg: DictConfig, key: str) -> int | None:
+    """A top-level non-negative integer or null option (``limit``, ``max_input_words``), or a ConfigError."""
+    try:
+        return optional_int(cfg.get(key))
+    except ValueError as error:
+        raise ConfigError(f"{key}: {error}") from None
+
+
 def checked_limit(cfg: DictConfig) -> int | None:
-    try:
-        return optional_int(cfg.limit)
-    except ValueError as error:
-        raise ConfigError(f"limit: {error}") from None
-
-
-def checked_max_input_words(cfg: DictConfig) -> int | None:
-    try:
-        return optional_int(cfg.get("max_input_words"))
-    except ValueError as error:
-        raise ConfigError(f"max_input_words: {error}") from None
+    return checked_count(cfg, "limit")
 
 
 def planned_records(path: Path, limit: int | None, seed: int, max_words: int | None) -> list[Record]:
@@ -123,7 +121,7 @@ def prompt_options(cfg: DictConfig) -> PromptOptions:
 def check_config(cfg: DictConfig) -> tuple[Strategy, PromptOptions, list[tuple[str, str, Path]]]:
     """Every override that could fail later, checked before a backend or a run is opened."""
     checked_limit(cfg)
-    checked_max_input_words(cfg)
+    checked_count(cfg, "max_input_words")
     try:
         strategy = strategy_from_config(cfg.strategy)
         optional_int(cfg.generation.max_tokens)
@@ -264,7 +262,7 @@ def run_record(cfg: DictConfig, strategy: Strategy, options: PromptOptions, file
         "size_series": model.get("size_series"),
         "dimension": cfg.dimension.name,
         "limit": checked_limit(cfg),
-        "max_input_words": checked_max_input_words(cfg),
+        "max_input_words": checked_count(cfg, "max_input_words"),
         "seed": cfg.seed,
         "temperature": float(cfg.generation.temperature),
         "answer_format": options.answer_format,
@@ -286,7 +284,7 @@ def run(cfg: DictConfig) -> int:
         backend = build_backend(cfg)
     except (ValueError, ImportError, RuntimeError, FileNotFoundError) as error:
         raise ConfigError(f"model {cfg.model.name}: {error}") from None
-    limit, max_words = checked_limit(cfg), checked_max_input_words(cfg)
+    limit, max_words = checked_limit(cfg), checked_count(cfg, "max_input_words")
     plans = [
         DatasetPlan(task, dataset, path, planned_records(path, limit, int(cfg.seed), max_words))
         for task, dataset, path in files
