@@ -183,6 +183,7 @@ class PromptedSystem:
         self.strategy = strategy
         self.options = options
         self._exemplars: dict[str, list[Record]] = {}
+        self._prepared: dict[tuple[str, str], list] = {}
 
     def exemplars(self, task: str) -> list[Record]:
         if task not in self._exemplars:
@@ -209,10 +210,25 @@ class PromptedSystem:
             )
         return requests
 
+    def prepare(self, plans: list[DatasetPlan]) -> None:
+        """Generate every dataset's requests in one backend call, kept for :meth:`produce`: the
+        local workers then never wait at the end of one dataset (the same answers, in any order)."""
+        batches = [self.requests(plan) for plan in plans]
+        results = self.backend.generate(
+            [request for batch in batches for request in batch],
+            progress=f"{self.strategy.name}: {len(plans)} datasets",
+        )
+        start = 0
+        for plan, batch in zip(plans, batches):
+            self._prepared[(plan.task, plan.dataset)] = results[start : start + len(batch)]
+            start += len(batch)
+
     def produce(self, plan: DatasetPlan) -> SystemOutput:
         from src.prompts.parsing import parse_answer
 
-        results = self.backend.generate(self.requests(plan), progress=f"{plan.task}/{plan.dataset}")
+        results = self._prepared.pop((plan.task, plan.dataset), None)
+        if results is None:
+            results = self.backend.generate(self.requests(plan), progress=f"{plan.task}/{plan.dataset}")
         usage = {
             "requests": float(len(results)),
             "cached": float(sum(r.cached for r in results)),

@@ -147,6 +147,18 @@ def test_run_logs_scores_artifacts_and_caches(workspace: Path):
     assert not leaked, f"the API key was written to {leaked}"
 
 
+def test_every_dataset_of_a_configuration_is_generated_in_one_backend_call(workspace: Path):
+    """The 3 timex and the 1 comp request are in flight together: no backend waits for the end of
+    one dataset before starting the next (the scores stay those of the run above)."""
+    with FakeOpenAIServer(answer=_answer, latency_s=0.3) as server:
+        done = _run(workspace, server)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert server.request_count == 4 and server.max_in_flight == 4
+    _, runs = _mlflow_runs(workspace)
+    assert runs[-1].data.metrics["timex.base.f1"] == pytest.approx(5 / 7)
+    assert runs[-1].data.metrics["comp.base.f1"] == pytest.approx(2 * 2 / 5)
+
+
 def test_failed_requests_are_reported_and_a_rerun_completes_them(workspace: Path):
     with FakeOpenAIServer(answer=_answer) as server:
         server.inject("He left in", status=500, times=None)

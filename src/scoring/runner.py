@@ -53,7 +53,12 @@ class SystemOutput:
 
 
 class System(Protocol):
-    """Anything that can answer the instances of a dataset."""
+    """Anything that can answer the instances of a dataset.
+
+    A system may also define ``prepare(plans)``, called once with every plan before the first
+    ``produce``: a prompted system generates all of them there in one backend call, so its
+    workers never idle at the end of one dataset while another is waiting.
+    """
 
     def produce(self, plan: DatasetPlan) -> SystemOutput: ...
 
@@ -196,6 +201,9 @@ def evaluate_configuration(
             mlflow.log_params(record.all_params())
             if artifacts is not None:
                 artifacts()
+            prepare = getattr(system, "prepare", None)
+            if prepare is not None:
+                prepare(plans)
             for plan in plans:
                 outcome = _evaluate_one(plan, system, scoring, secrets)
                 outcomes.append(outcome)

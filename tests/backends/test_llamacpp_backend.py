@@ -248,3 +248,43 @@ def test_parallel_workers_give_the_answers_of_one_worker(embedded):
 
     with pytest.raises(OSError, match="disk full"):  # a callback failing in a worker thread is not lost
         parallel.generate([ChatRequest(r.messages, max_tokens=4) for r in requests], on_result=failing)
+
+
+@pytest.mark.slow
+def test_greedy_choice_among_the_top_candidates_is_the_full_mask_choice(embedded):
+    """When the best token is rejected, the grammar checks the 64 best first; the token it picks
+    must be the one masking the whole vocabulary picks, ties (lowest id) and misses included."""
+    import numpy as np
+    from llama_cpp import llama_sampler_accept, llama_sampler_free
+
+    from src.backends.llamacpp_backend import TOP_CANDIDATES
+
+    schema = json.dumps({"type": "array", "items": {"enum": ["Friday", "the past five days", "a week"]}})
+    answer = embedded._llm.tokenize(b' ["the past five days", "Friday"]', add_bos=False, special=False)
+    grammar = embedded._grammar_sampler(schema)
+    rng = np.random.default_rng(0)
+    paths = {"top": 0, "fallback": 0, "tie": 0}
+    try:
+        for token in answer:
+            for case in ("top", "fallback", "tie") * 3:
+                logits = rng.normal(size=embedded._n_vocab).astype(np.single)
+                allowed = np.flatnonzero(np.isfinite(embedded._grammar_mask(grammar, logits)))
+                if case == "tie" and len(allowed) < 2:
+                    continue
+                tenth = np.sort(logits)[-10]
+                if case == "top":  # an allowed token ranked about tenth: found among the top candidates
+                    logits[rng.choice(allowed)] = tenth
+                elif case == "fallback":  # every allowed token below the top candidates: the full mask decides
+                    logits[allowed] = logits.min() - 1.0
+                else:  # two allowed tokens tied just below the best: the lower id
+                    logits[rng.choice(allowed, 2, replace=False)] = tenth
+                expected = int(np.argmax(embedded._grammar_mask(grammar, logits)))
+                assert embedded._choose(logits, grammar, 0.0, None) == expected
+                top = embedded._best_allowed_among_top(grammar, logits)
+                assert top == (None if case == "fallback" else expected)
+                paths[case] += 1
+            llama_sampler_accept(grammar, token)
+    finally:
+        llama_sampler_free(grammar)
+    assert TOP_CANDIDATES < embedded._n_vocab
+    assert paths["top"] and paths["fallback"] and paths["tie"], paths
