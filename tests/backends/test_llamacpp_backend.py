@@ -288,3 +288,24 @@ def test_greedy_choice_among_the_top_candidates_is_the_full_mask_choice(embedded
         llama_sampler_free(grammar)
     assert TOP_CANDIDATES < embedded._n_vocab
     assert paths["top"] and paths["fallback"] and paths["tie"], paths
+
+
+@pytest.mark.slow
+def test_two_workers_evaluate_each_groups_shared_prefix_once_but_where_they_meet():
+    """Two prefix groups of four requests: one worker from the front, one from the back, so at
+    most three prefix evaluations (both workers taking from the front evaluate all four)."""
+    pytest.importorskip("llama_cpp")
+    groups = [" ".join(f"{topic} item {n}." for n in range(60)) for topic in ("Alpha", "Omega")]
+    requests = [
+        ChatRequest((("user", f"{prefix}\nText: {word} {n}.\nAnswer:"),), max_tokens=2, completion=True)
+        for prefix, word in zip(groups, ("first", "second"))
+        for n in range(4)
+    ]
+    backend = create_backend("llamacpp", model_id="smollm2-135m-gguf", n_ctx=1024, workers=2)
+    results = backend.generate(requests)
+    assert all(r.ok for r in results)
+    prefix_tokens = min(len(backend.encode(r)) for r in requests) - 8  # the shared part of a prompt
+    evaluated = backend.stats["prompt_tokens"] - backend.stats["prompt_tokens_reused"]
+    assert evaluated < 3.5 * prefix_tokens, (evaluated, prefix_tokens)
+    one = create_backend("llamacpp", model_id="smollm2-135m-gguf", n_ctx=1024, workers=1).generate(requests)
+    assert [r.text for r in results] == [r.text for r in one]
