@@ -16,15 +16,16 @@ four things that make small models fast and usable here:
   with two workers only the group where they meet has its prefix evaluated twice (not every
   group, as when both take from the front). Before each request the tokens already in the KV
   cache are compared with the new prompt; the common prefix stays in the cache
-  (``kv_cache_seq_rm`` drops the rest) and only the new suffix is evaluated. Results still come back in the caller's order and
-  ``on_result`` fires as each request finishes. ``usage["prompt_tokens_reused"]`` counts the
-  tokens that were not evaluated again; the hit rate (reused / prompt tokens) is logged and
-  kept in :attr:`LlamaCppBackend.stats`.
+  (``kv_cache_seq_rm`` drops the rest) and only the new suffix is evaluated. Results still
+  come back in the caller's order and ``on_result`` fires as each request finishes.
+  ``usage["prompt_tokens_reused"]`` counts the tokens that were not evaluated again; the hit
+  rate (reused / prompt tokens) is logged and kept in :attr:`LlamaCppBackend.stats`.
 - **Constrained answers.** A request with ``response_schema`` decodes under the GBNF grammar
   llama.cpp builds from the schema (``json_schema_to_gbnf``). Greedy steps check the model's
   own best token against the grammar first, then its 64 best, and mask the whole vocabulary
   only when all of them are rejected: the same token as masking first (the best allowed one)
-  for a fraction of the cost (a sentence set runs 7-15% faster, answers unchanged).
+  for a fraction of the cost (one worker: 40 timex sentences under `I` 7.8% and 20 eventx
+  sentences under `D` 14.6% faster, the same answers).
 - **Stop on complete JSON.** Generation ends as soon as the answer's first top-level JSON
   value is complete (grammar or not), at an end-of-generation token, or at ``max_tokens``
   (``finish_reason`` ``stop`` or ``length``).
