@@ -11,10 +11,13 @@ Timex runs the word-level (TextFooler-style) and the character-level (DeepWordBu
 attack on every instance and keeps one per instance (:func:`choose`): the successful one;
 if both or neither succeeded, the one that did more damage by the criterion (broken span
 share, or mislabel rate for ``word_share``), then the higher mislabel rate of gold words; on
-a tie the one that changed fewer words; then the word-level one. Eventx runs the word-level attack
-only (with ``--eventx-char true`` also the character-level one). A failed attack keeps the best perturbation its search found (the text that raised the
-score most within the query budget); a skipped instance (the goal is already met on the
-original, or the victim gets no gold span right) keeps its original text.
+a tie the one that changed fewer words; then the word-level one. Eventx runs the word-level
+attack only (with ``--eventx-char true`` also the character-level one). With ``--chain true``,
+where both fail, the character attack runs once more from the word attack's best text
+(``word+char``, its own query budget), still judged against the spans the victim predicted
+exactly on the original. A failed attack keeps the best perturbation its search found (the
+text that raised the score most within the query budget); a skipped instance (the goal is
+already met on the original, or the victim gets no gold span right) keeps its original text.
 
 The statistics hold the success rate, perturbation rate, sentence similarity (MiniLM cosine
 of original and perturbed text), queries and seconds per instance, and the victim's LCS F1
@@ -120,18 +123,26 @@ class Attacker:
     counts: Counter = field(default_factory=Counter)
     sentence_model: Any = None
     seconds: list[float] = field(default_factory=list)
+    chain: bool = False  # a failed word attack's best text is attacked on by the character attack
 
-    def run(self, record: Record, kind: str) -> AttackOutcome:
-        """One attack on one record (seeded per instance and attack)."""
+    def run(self, record: Record, kind: str, start: AttackOutcome | None = None) -> AttackOutcome:
+        """One attack on one record (seeded per instance and attack); from ``start``'s text when
+        given (the chained ``word+char`` attack), with success still judged against the spans
+        the victim predicted exactly on the original."""
         from textattack.attack_results import SkippedAttackResult, SuccessfulAttackResult
 
+        name = f"{start.kind}+{kind}" if start is not None else kind
         self.tracker.reset(record)
-        _seed_everything(instance_seed(self.seed, f"{record.id}/{kind}"))
+        _seed_everything(instance_seed(self.seed, f"{record.id}/{name}"))
         goal = self.goals[kind]
+        if start is not None:
+            goal.pinned_reference = self._original_reference(record, goal)
         try:
-            result = self.attacks[kind].attack(record.text, record.id)
+            result = self.attacks[kind].attack(start.text if start is not None else record.text, record.id)
         except ValueError as exc:  # e.g. a text longer than the victim's window
-            return AttackOutcome(kind, "error", record.text, goal.num_queries, 0.0, 0.0, 0, str(exc))
+            return AttackOutcome(name, "error", record.text, goal.num_queries, 0.0, 0.0, 0, str(exc))
+        finally:
+            goal.pinned_reference = None
         original, perturbed = result.original_result.raw_output, result.perturbed_result.raw_output
         before, after = goal.damage(original), goal.damage(perturbed)
         spans = goal.span_damage(perturbed)
@@ -140,25 +151,47 @@ class Attacker:
             status = "skipped"
         else:
             status = "succeeded" if isinstance(result, SuccessfulAttackResult) else "failed"
-        queries = result.perturbed_result.num_queries
+        queries = result.perturbed_result.num_queries + (start.queries if start is not None else 0)
+        if start is not None:  # damage before is the original's: the failed word attack broke no span
+            before = start.rate_before
         return AttackOutcome(
-            kind,
+            name,
             status,
             text,
             queries,
             before,
             after,
             count_changed_words(record.text, text),
-            word_rate_before=goal.mislabelling(original).rate,
+            word_rate_before=start.word_rate_before if start is not None else goal.mislabelling(original).rate,
             word_rate_after=goal.mislabelling(perturbed).rate,
             spans_broken=spans.broken,
             spans_reference=len(spans.reference),
         )
 
+    def _original_reference(self, record: Record, goal: GoldLabelGoal) -> frozenset[int]:
+        """The gold spans the victim predicts exactly on the original text (one victim query)."""
+        from textattack.shared import AttackedText
+
+        return goal.exact_spans(goal._call_model([AttackedText(record.text)])[0]) or frozenset()
+
+    def _chained(self, record: Record, outcomes: list[AttackOutcome]) -> AttackOutcome | None:
+        """``word+char``: when neither attack succeeded, the character attack continues from the
+        word attack's best text (the swaps that brought a span closest to breaking kept)."""
+        by_kind = {o.kind: o for o in outcomes}
+        word = by_kind.get("word")
+        if not self.chain or "char" not in self.attacks or word is None or word.status != "failed":
+            return None
+        if word.text == record.text or any(o.status == "succeeded" for o in outcomes):
+            return None
+        return self.run(record, "char", start=word)
+
     def attack_record(self, record: Record) -> Record:
         """The ``adv`` record of one base record (verified), with per-attack details in extras."""
         started = time.perf_counter()
         outcomes = [self.run(record, kind) for kind in self.attacks]
+        chained = self._chained(record, outcomes)
+        if chained is not None:
+            outcomes.append(chained)
         self.seconds.append(time.perf_counter() - started)
         chosen = choose(outcomes)
         self.counts.update(f"{o.kind}:{o.status}" for o in outcomes)
@@ -177,7 +210,7 @@ class Attacker:
             "total_queries": sum(o.queries for o in outcomes),
             "words_changed": count_changed_words(record.text, text),
             "changed_words": changed_words(record.text, text),
-            "success_criterion": self.goals[chosen.kind].criterion,
+            "success_criterion": self.goals[chosen.kind.split("+")[-1]].criterion,
             "damage_before": chosen.rate_before,
             "damage_after": chosen.rate_after,
             "mislabel_rate_before": chosen.word_rate_before,
@@ -374,6 +407,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="eventx: also run the character-level attack (the study: word swaps only)",
     )
     parser.add_argument(
+        "--chain",
+        type=parse_bool,
+        default=False,
+        metavar="BOOL",
+        help="where word and character attacks both fail, run the character attack again from the "
+        "word attack's best text (its own query budget; success still against the original)",
+    )
+    parser.add_argument(
         "--adjacent-first",
         type=parse_bool,
         default=True,
@@ -445,6 +486,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         device=args.device,
         criterion=args.success_criterion,
     )
+    attacker.chain = args.chain
     started = time.perf_counter()
     derived = [attacker.attack_record(r) for r in tqdm(records, desc=f"adv {args.task}", unit="instance")]
     elapsed = time.perf_counter() - started
@@ -462,6 +504,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "adjacent_first": args.adjacent_first,
         "eventx_char": args.eventx_char,
         "char_every_position": args.char_every_position,
+        "chain": args.chain,
         "minilm_neighbours": args.minilm_neighbours,
         "attacks": list(attacker.attacks),
         "victim": str(args.checkpoint),

@@ -173,6 +173,9 @@ class GoldLabelGoal(GoalFunction):
         self.threshold = threshold
         self.labels = list(model_wrapper.labels)
         self.reference: frozenset[int] | None = None
+        # set by a chained attack that continues from another attack's text: success stays
+        # relative to the spans the victim predicted exactly on the *original* text
+        self.pinned_reference: frozenset[int] | None = None
 
     # --- what the victim gets wrong -------------------------------------------------------
     def _gold(self, output: WordProbs) -> tuple[list[str], list[tuple[int, int]]] | None:
@@ -230,8 +233,11 @@ class GoldLabelGoal(GoalFunction):
     def init_attack_example(self, attacked_text: Any, ground_truth_output: Any) -> Any:
         """Fix the reference spans (those predicted exactly on the original) before the search."""
         self.reference = None
-        original = self._call_model([attacked_text])[0]
-        self.reference = self.exact_spans(original) or frozenset()
+        if self.pinned_reference is not None:
+            self.reference = self.pinned_reference
+        else:
+            original = self._call_model([attacked_text])[0]
+            self.reference = self.exact_spans(original) or frozenset()
         return super().init_attack_example(attacked_text, ground_truth_output)
 
     def _process_model_outputs(self, inputs: Any, outputs: Any) -> list[WordProbs]:

@@ -141,9 +141,9 @@ def test_choose_prefers_success_then_damage_then_fewer_changes():
     assert choose([same_a, same_b]) is same_a
 
 
-@pytest.mark.parametrize("bound", [1, 4])
-def test_deepwordbug_edits_stay_within_the_edit_distance_and_off_the_spans(bound):
-    attacker = build_attacker(
+def char_attacker(bound: int, **kwargs):
+    """The character attack alone on the cue victim, ``bound`` edits at most."""
+    return build_attacker(
         CueVictim(),
         "timex",
         seed=3,
@@ -152,7 +152,13 @@ def test_deepwordbug_edits_stay_within_the_edit_distance_and_off_the_spans(bound
         word_settings=WordAttackSettings(),
         char_settings=CharAttackSettings(bound),
         kinds=["char"],
+        **kwargs,
     )
+
+
+@pytest.mark.parametrize("bound", [1, 4])
+def test_deepwordbug_edits_stay_within_the_edit_distance_and_off_the_spans(bound):
+    attacker = char_attacker(bound)
     derived = [attacker.attack_record(r) for r in RECORDS]
     for original, adv in zip(RECORDS, derived):
         check_spans(adv.text, adv.spans, adv.id)
@@ -190,3 +196,24 @@ def test_character_edits_at_every_position_offer_each_edit_kind_per_position():
     deletions = {"reported"[:i] + "reported"[i + 1 :] for i in range(len("reported"))}
     assert deletions <= every, "every single-character deletion is a candidate"
     assert len(every) > 3 * len("reported")
+
+
+def test_chained_character_attack_continues_from_the_word_text_and_is_judged_against_the_original():
+    """``word+char``: one cue already swapped by a (failed) word attack leaves one misspelling
+    to break the span, which a single character edit reaches and the character attack alone
+    (two cues to misspell) does not; a span the start text made correct never counts."""
+    attacker = char_attacker(1, criterion="any_span")
+    three_cues = RECORDS[0]
+    assert attacker.run(three_cues, "char").status == "failed"
+    swapped = "He rapidly announced strong results on Monday, officials said."
+    start = AttackOutcome("word", "failed", swapped, 12, 0.0, 0.0, 1)
+    chained = attacker.run(three_cues, "char", start=start)
+    assert chained.kind == "word+char" and chained.status == "succeeded"
+    assert "rapidly" in chained.text and editdistance.eval(swapped, chained.text) == 1
+    assert chained.queries > 12 and chained.spans_reference == 1 and chained.spans_broken == 1
+    assert chained.words_changed == 2
+    # the victim tags nothing on the original; cues added by the start text do not make a target
+    no_cue = RECORDS[2]
+    cued = AttackOutcome("word", "failed", "Nothing quickly reported yesterday.", 5, 0.0, 0.0, 2)
+    assert attacker.run(no_cue, "char", start=cued).status == "skipped"
+    assert attacker.goals["char"].pinned_reference is None
