@@ -23,7 +23,6 @@ Run: ``python benchmarks/bench_embedded_model.py`` (writes
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import platform
@@ -39,6 +38,7 @@ from src.backends import create_backend  # noqa: E402
 from src.backends.base import ChatRequest  # noqa: E402
 from src.data.schema import read_records  # noqa: E402
 from src.data.splits import subset_by_id  # noqa: E402
+from src.digest import file_digest  # noqa: E402
 from src.prompts import build_messages, get_strategy, gold_answer, select_exemplars  # noqa: E402
 from src.prompts.parsing import parse_answer  # noqa: E402
 from src.scoring.metrics import score_pairs  # noqa: E402
@@ -183,14 +183,6 @@ def measure(backend, form: str, task: str, records, exemplars, max_tokens: int) 
     }
 
 
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=40, help="base sentences per task")
@@ -219,7 +211,7 @@ def main() -> None:
         load = time.perf_counter()
         backend.load()
         candidate["load_s"] = round(time.perf_counter() - load, 2)
-        candidate["gguf_sha256"] = sha256(backend.path)
+        candidate["gguf_sha256"] = file_digest(backend.path)
         for form in args.forms:
             for task in args.tasks:
                 records, exemplars = data[task]

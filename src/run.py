@@ -263,12 +263,18 @@ class PromptedSystem:
         return SystemOutput(outputs, {}, usage)
 
 
-def run_record(cfg: DictConfig, strategy: Strategy, options: PromptOptions, files: list[Path]) -> RunRecord:
-    """The MLflow identity of a prompted configuration: traceable to its config and data."""
+def run_record(
+    cfg: DictConfig, strategy: Strategy, options: PromptOptions, files: list[Path], weights: dict | None = None
+) -> RunRecord:
+    """The MLflow identity of a prompted configuration: traceable to its config, data and, where
+    the backend names them (``weights``: its cache identity), the exact model weights."""
     model = cfg.model
+    weights = weights or {}
     params: dict[str, Any] = {
         "model_id": model.model_id,
         "backend": model.backend,
+        "requantize": weights.get("requantize"),
+        "gguf_sha256": weights.get("gguf_sha256"),
         "family": model.family,
         "architecture": model.architecture,
         "params_total_b": model.params_total_b,
@@ -305,7 +311,7 @@ def run(cfg: DictConfig) -> int:
         DatasetPlan(task, dataset, path, planned_records(path, limit, int(cfg.seed), max_words))
         for task, dataset, path in files
     ]
-    record = run_record(cfg, strategy, options, [path for _, _, path in files])
+    record = run_record(cfg, strategy, options, [path for _, _, path in files], backend.cache_identity())
     system = PromptedSystem(cfg, backend, strategy, options)
     for task in dict.fromkeys(task for task, _, _ in files):  # fail before a run is opened, not inside it
         try:

@@ -18,6 +18,7 @@ import inspect
 import logging
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 from tqdm.auto import tqdm
@@ -30,6 +31,7 @@ from src.backends.gguf_files import (  # noqa: F401  (re-exported: older imports
     package_folder,
     resolve_model_location,
 )
+from src.backends.gguf_quantize import RequantizedGGUF
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +52,8 @@ class TransformersBackend(LocalBackend):
         revision: hub revision (part of the cache key).
         share_prefix: run the token prefix shared by a batch's prompts once and reuse its
             key/value cache for every row (the answers stay the same; checked by the tests).
+        requantize, requantize_dir: read a GGUF re-quantised by llama.cpp, as the llamacpp
+            backend does for the same model file (:mod:`src.backends.gguf_quantize`).
     """
 
     name = "transformers"
@@ -65,6 +69,8 @@ class TransformersBackend(LocalBackend):
         num_threads: int | None = None,
         revision: str | None = None,
         share_prefix: bool = True,
+        requantize: str | None = None,
+        requantize_dir: str | None = None,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"transformers backend: batch_size must be >= 1, got {batch_size}")
@@ -72,6 +78,11 @@ class TransformersBackend(LocalBackend):
 
         self.model_id = model_id
         self.location, self.gguf_file = resolve_model_location(model_id, gguf_file, gguf_package)
+        self.requantized = None
+        if requantize:
+            if not self.gguf_file:
+                raise ValueError("transformers backend: requantize needs a GGUF model file")
+            self.requantized = RequantizedGGUF(Path(self.location) / self.gguf_file, requantize, requantize_dir)
         self.device = ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
         self.dtype = _resolve_dtype(dtype, self.device)
         self.batch_size = int(batch_size)
@@ -93,7 +104,10 @@ class TransformersBackend(LocalBackend):
 
     def cache_identity(self) -> dict:
         """Options that change the answer. Device, batch size and prefix sharing do not."""
-        return {"gguf_file": self.gguf_file, "dtype": self.dtype, "revision": self.revision}
+        identity = {"gguf_file": self.gguf_file, "dtype": self.dtype, "revision": self.revision}
+        if self.requantized is not None:
+            identity.update(self.requantized.identity())
+        return identity
 
     def load(self) -> None:
         """Load tokenizer and model (done on first ``generate``, so a fully cached run skips it)."""
@@ -106,13 +120,16 @@ class TransformersBackend(LocalBackend):
             allowed = len(os.sched_getaffinity(0))
             torch.set_num_threads(allowed if self.num_threads is None else self.num_threads)
         kwargs: dict[str, Any] = {"revision": self.revision} if self.revision else {}
-        if self.gguf_file:
+        location = self.location
+        if self.requantized is not None:
+            location, kwargs["gguf_file"] = str(self.requantized.path.parent), self.requantized.path.name
+        elif self.gguf_file:
             kwargs["gguf_file"] = self.gguf_file
         started = time.perf_counter()
-        tokenizer = AutoTokenizer.from_pretrained(self.location, **kwargs)
+        tokenizer = AutoTokenizer.from_pretrained(location, **kwargs)
         if self.device.startswith("cuda"):
             kwargs["device_map"] = self.device  # load straight onto the GPU
-        model = AutoModelForCausalLM.from_pretrained(self.location, dtype=getattr(torch, self.dtype), **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(location, dtype=getattr(torch, self.dtype), **kwargs)
         model.to(self.device).eval()
         stop_ids = _as_list(model.generation_config.eos_token_id) + _as_list(tokenizer.eos_token_id)
         self._stop_ids = list(dict.fromkeys(stop_ids))

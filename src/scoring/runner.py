@@ -10,7 +10,6 @@ closed first, and the small summary file that DVC tracks and the analysis reads.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import time
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from src.data.schema import Record
+from src.digest import file_digest
 from src.scoring.evaluate import DatasetEvaluation, InstanceOutput, evaluate_dataset, log_evaluation
 
 log = logging.getLogger(__name__)
@@ -139,11 +139,7 @@ class RunOutcome:
 
 def file_md5(path: Path) -> str:
     """The md5 of a file's bytes: DVC's hash of a file output, so a run names its data version."""
-    digest = hashlib.md5()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    return file_digest(path, "md5")
 
 
 def log_dataset_input(plan: DatasetPlan) -> None:
