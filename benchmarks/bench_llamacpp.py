@@ -12,11 +12,12 @@ whole machine as a user would run it (``--threads N`` pins every engine to N thr
   per CPU): requests sorted so that prompts sharing a prefix run back to back, the shared
   prefix kept in the KV cache, decoding constrained by the answer's JSON schema and stopped
   when the JSON value is complete; also with one context (``project_one_worker``);
-- **(a) plain llama.cpp**: ``llama_cpp.Llama`` (``create_completion``, or
+- **(a) plain llama.cpp**: on the same GGUF file (the re-quantised copy where the model file
+  sets ``requantize``), ``llama_cpp.Llama`` (``create_completion``, or
   ``create_chat_completion`` for a chat prompt) one request at a time in the given order, the
   context reset before each (no prefix reuse), unconstrained, greedy, its default threads;
-- **(b) transformers**: ``TransformersBackend`` at batch size 16 (its own shared-prefix pass
-  and stop-on-JSON included), unconstrained, torch on every CPU.
+- **(b) transformers**: ``TransformersBackend`` on the same weights at batch size 16 (its own
+  shared-prefix pass and stop-on-JSON included), unconstrained, torch on every CPU.
 
 Targets: project >= 1.5x (a) and >= 5x (b) in requests/s. Also recorded: generated tokens/s,
 the prefix-reuse hit rate (prompt tokens reused / prompt tokens), and whether the project's
@@ -162,10 +163,8 @@ def run_plain(requests: list[ChatRequest], options: dict, threads: int | None):
     """llama-cpp-python's own loop, one request at a time, with its default threads unless pinned."""
     from llama_cpp import Llama
 
-    from src.backends.gguf_files import gguf_path
-
     pinned = {} if threads is None else {"n_threads": threads, "n_threads_batch": threads}
-    path = gguf_path(options["model_id"], options.get("gguf_file"), options.get("gguf_package"))
+    path = create_backend("llamacpp", **options).path  # the same file the project runs (re-quantised or not)
     llm = Llama(model_path=str(path), n_ctx=int(options.get("n_ctx", 8192)), verbose=False, **pinned)
 
     def run():
@@ -186,8 +185,9 @@ def run_plain(requests: list[ChatRequest], options: dict, threads: int | None):
 
 
 def run_transformers(requests: list[ChatRequest], options: dict, threads: int | None):
+    same_weights = {k: options[k] for k in ("gguf_package", "gguf_file", "requantize") if options.get(k)}
     backend = create_backend(
-        "transformers", model_id=options["model_id"], device="cpu", batch_size=16, num_threads=threads
+        "transformers", model_id=options["model_id"], device="cpu", batch_size=16, num_threads=threads, **same_weights
     )
     backend.load()
     plain = [replace(r, response_schema=None) for r in requests]  # unconstrained: it has no grammar

@@ -1,10 +1,10 @@
 """A GGUF re-quantised by llama.cpp's own quantiser, derived once and kept in a local cache.
 
 Why: on a CPU, llama.cpp repacks ``Q4_0`` weights into interleaved blocks that its AVX2 kernels
-multiply far faster than the ``Q4_1`` the embedded SmolLM2 package ships (one thread, 600-token
-prompt: prompt evaluation 6.5-7.2 -> 3.3-3.6 ms per token, decoding 15.4-18.0 -> 10.0-10.4 ms;
-``benchmarks/results/embedded_model.json`` has the F1). No other copy of the model can be
-downloaded at run time, so the faster file is derived from the shipped one.
+multiply faster than the ``Q4_1`` the embedded SmolLM2 package ships (one thread, a 600-token
+prompt: prompt evaluation 5.00 -> 2.87 ms per token, decoding 10.34 -> 8.70 ms;
+``benchmarks/results/requantize.json``). No other copy of the model can be downloaded at run
+time, so the faster file is derived from the shipped one.
 
 The derived file is a pure function of the source file, the target type and the llama.cpp build
 (checked: two quantisations give the same SHA-256). It lives in ``cache_dir`` beside a sidecar

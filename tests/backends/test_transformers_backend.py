@@ -114,6 +114,31 @@ def test_embedded_smollm2_batched_equals_unbatched():
     assert [r.request for r in batched] == requests
 
 
+@pytest.mark.slow
+def test_requantize_loads_the_weights_llama_cpp_derived(tmp_path):
+    """With ``requantize`` the transformers backend reads the same Q4_0 copy as the llamacpp
+    backend, not the shipped Q4_1 (the two engines then run one model)."""
+    import gguf
+    import numpy as np
+
+    backend = TransformersBackend(
+        "smollm2-135m-gguf", device="cpu", num_threads=1, requantize="Q4_0", requantize_dir=str(tmp_path)
+    )
+    assert backend.cache_identity()["gguf_sha256"] == backend.requantized.sha256
+    backend.load()
+    loaded = backend._model.model.layers[0].mlp.up_proj.weight.detach().numpy()
+
+    def up_proj(path):
+        (tensor,) = [t for t in gguf.GGUFReader(str(path)).tensors if t.name == "blk.0.ffn_up.weight"]
+        return tensor.tensor_type.name, gguf.dequantize(tensor.data, tensor.tensor_type).reshape(loaded.shape)
+
+    derived_type, derived = up_proj(backend.requantized.path)
+    shipped_type, shipped = up_proj(backend.requantized.source)
+    assert (derived_type, shipped_type) == ("Q4_0", "Q4_1")
+    assert np.allclose(loaded, derived, atol=1e-6)
+    assert not np.allclose(loaded, shipped, atol=1e-3)
+
+
 class _CharTokenizer:
     """One character per token id (ord), enough for the stopping criterion."""
 
