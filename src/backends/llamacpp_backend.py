@@ -118,7 +118,7 @@ class LlamaCppBackend(LocalBackend):
         prefix_reuse: keep the shared prompt prefix in the KV cache between requests (answers
             stay the same; checked by the tests and the benchmark).
         requantize: run a copy of the file quantised to this type by llama.cpp (``Q4_0``:
-            the embedded model's default, much faster on a CPU than its shipped ``Q4_1``; see
+            the embedded model's default, faster on a CPU than its shipped ``Q4_1``; see
             :mod:`src.backends.gguf_quantize`); None runs the file as it is.
         requantize_dir: where derived files are kept (default ``.cache/gguf``).
     """
