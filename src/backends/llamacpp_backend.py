@@ -53,25 +53,10 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from src.backends.base import ChatRequest, GenerationResult, LocalBackend, OrderedResults
-from src.backends.gguf_files import JsonValueEnd, gguf_path
+from src.backends.gguf_files import JsonValueEnd, gguf_path, import_llama_cpp
 from src.backends.gguf_quantize import RequantizedGGUF
 
 logger = logging.getLogger(__name__)
-
-SETUP_HINT = "run `bash scripts/setup.sh` (it builds llama-cpp-python into .venv)"
-
-
-def import_llama_cpp() -> Any:
-    """The ``llama_cpp`` module, or an ImportError that names the set-up step."""
-    try:
-        import llama_cpp
-    except (ImportError, OSError, RuntimeError) as exc:  # missing, or its shared library unbuilt
-        raise ImportError(
-            f"llamacpp backend needs llama-cpp-python (llama_cpp could not be imported: "
-            f"{type(exc).__name__}: {exc}); {SETUP_HINT}"
-        ) from exc
-    return llama_cpp
-
 
 #: llama-cpp-python's string character rule admits raw control characters (a newline inside a
 #: string), which no JSON parser accepts; upstream llama.cpp's rule excludes them.
