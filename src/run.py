@@ -110,6 +110,7 @@ def prompt_options(cfg: DictConfig) -> PromptOptions:
         form=str(prompt.get("form", "chat")),
         constrained=bool(cfg.generation.get("constrained", False)),
         spans_from_input=bool(cfg.generation.get("spans_from_input", False)),
+        stop_at_repeated_span=bool(cfg.generation.get("stop_at_repeated_span", False)),
     )
     if options.answer_format not in ANSWER_FORMATS:
         raise ConfigError(f"prompt.answer_format: {options.answer_format!r} is not one of {ANSWER_FORMATS}")
@@ -206,6 +207,7 @@ class PromptedSystem:
                     request_id=record.id,
                     response_schema=parts.response_schema,
                     completion=parts.completion,
+                    stop_at_repeat=parts.stop_at_repeat,
                 )
             )
         return requests
@@ -291,6 +293,7 @@ def run_record(
         "prompt_form": options.form,
         "constrained": options.constrained,
         "spans_from_input": options.spans_from_input,
+        "stop_at_repeated_span": options.stop_at_repeated_span,
         "scoring_variants": ",".join(cfg.scoring.get("variants") or []) or "paper",
         "git_commit": git_commit(),
         "data_version": data_version(files),

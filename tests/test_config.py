@@ -29,6 +29,7 @@ def test_default_configuration_is_the_embedded_model_and_reads_params_yaml():
     assert cfg.model.name == "smollm2_135m" and cfg.model.backend == "llamacpp"
     # the embedded model's own condition reaches the run config (conf/model/smollm2_135m.yaml)
     assert cfg.prompt.form == "completion" and cfg.generation.constrained and cfg.generation.spans_from_input
+    assert cfg.generation.stop_at_repeated_span
     assert cfg.seed == lookup("seed")
     assert cfg.paths.prepared == lookup("paths.prepared")
     assert cfg.mlflow.run_name == "smollm2_135m-I"
@@ -78,6 +79,7 @@ def test_the_study_has_thirteen_task_dataset_pairs():
 def test_an_api_model_keeps_the_chat_form_and_free_decoding():
     cfg = _compose("model=qwen3_moe")
     assert cfg.prompt.form == "chat" and not cfg.generation.constrained and not cfg.generation.spans_from_input
+    assert not cfg.generation.stop_at_repeated_span
 
 
 def test_the_study_condition_experiment():

@@ -159,6 +159,27 @@ def test_every_dataset_of_a_configuration_is_generated_in_one_backend_call(works
     assert runs[-1].data.metrics["comp.base.f1"] == pytest.approx(2 * 2 / 5)
 
 
+def test_a_span_repeated_in_a_looping_answer_ends_it_when_the_run_says_so(workspace: Path):
+    looping = {**ANSWERS, "Sales rose last week and again today .": '["today", "last", "today", "last week"]'}
+
+    def answer(body: dict) -> str:
+        message = last_user_message(body)
+        return next(text for key, text in looping.items() if message.rstrip().endswith(key))
+
+    scores = {}
+    with FakeOpenAIServer(answer=answer) as server:
+        for stop in ("true", "false"):
+            done = _run(workspace, server, "tasks=[timex]", f"generation.stop_at_repeated_span={stop}")
+            assert done.returncode == 0, done.stderr[-3000:]
+            scores[stop] = json.loads((workspace / "summary.json").read_text())["metrics"]["timex"]["base"]
+        assert server.request_count == 6  # the option is part of the cache key
+    _, runs = _mlflow_runs(workspace)
+    assert [run.data.params["stop_at_repeated_span"] for run in runs] == ["True", "False"]
+    # stopped: Friday, today, last (matched 1 + 1 + 0.5 of 3); free: also "last week" (3 of 4)
+    assert scores["true"]["precision"] == pytest.approx(2.5 / 3) and scores["true"]["recall"] == pytest.approx(2.5 / 4)
+    assert scores["false"]["precision"] == pytest.approx(3 / 4) and scores["false"]["recall"] == pytest.approx(3 / 4)
+
+
 def test_failed_requests_are_reported_and_a_rerun_completes_them(workspace: Path):
     with FakeOpenAIServer(answer=_answer) as server:
         server.inject("He left in", status=500, times=None)

@@ -13,6 +13,8 @@ from typing import Protocol, runtime_checkable
 
 from tqdm.auto import tqdm
 
+from src.backends.repeats import path_key
+
 ROLES = ("system", "user", "assistant")
 
 
@@ -33,6 +35,9 @@ class ChatRequest:
         completion: True when ``messages`` is one user message to be continued as plain
             text (no chat template): the completion-style prompt form for small models.
             Part of the cache key.
+        stop_at_repeat: the path of the answer's final list (``$`` or ``$.key``): the answer
+            ends at the first item that repeats an earlier one of that list, closed before it
+            (:mod:`src.backends.repeats`; every backend honours it). Part of the cache key.
     """
 
     messages: tuple[tuple[str, str], ...]
@@ -42,6 +47,7 @@ class ChatRequest:
     request_id: str = ""
     response_schema: str | None = None
     completion: bool = False
+    stop_at_repeat: str | None = None
 
     def __post_init__(self) -> None:
         if not self.messages:
@@ -63,6 +69,11 @@ class ChatRequest:
             raise ValueError(f"ChatRequest {self.request_id!r}: temperature must be >= 0")
         if self.completion and (len(self.messages) != 1 or self.messages[0][0] != "user"):
             raise ValueError(f"ChatRequest {self.request_id!r}: a completion request is one user message")
+        if self.stop_at_repeat is not None:
+            try:
+                path_key(self.stop_at_repeat)
+            except ValueError as error:
+                raise ValueError(f"ChatRequest {self.request_id!r}: {error}") from None
 
     @property
     def deterministic(self) -> bool:

@@ -39,7 +39,7 @@ CACHE_FORMAT = 1
 def cache_key_fields(backend_name: str, model_id: str, identity: dict, request: ChatRequest) -> dict:
     """Everything that determines the answer; ``request_id`` is deliberately absent.
 
-    The schema and the completion form are added only when set, so that the keys of plain
+    The schema, the completion form and the repeat stop are added only when set, so that the keys of plain
     chat requests (and the answers already cached under them) stay what they were.
     """
     fields = {
@@ -56,6 +56,8 @@ def cache_key_fields(backend_name: str, model_id: str, identity: dict, request: 
         fields["response_schema"] = request.response_schema
     if request.completion:
         fields["completion"] = True
+    if request.stop_at_repeat is not None:
+        fields["stop_at_repeat"] = request.stop_at_repeat
     return fields
 
 

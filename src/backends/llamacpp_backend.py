@@ -28,7 +28,8 @@ four things that make small models fast and usable here:
   sentences under `D` 14.6% faster, the same answers).
 - **Stop on complete JSON.** Generation ends as soon as the answer's first top-level JSON
   value is complete (grammar or not), at an end-of-generation token, or at ``max_tokens``
-  (``finish_reason`` ``stop`` or ``length``).
+  (``finish_reason`` ``stop`` or ``length``); with ``stop_at_repeat``, also as soon as an item
+  of the answer's final list repeats an earlier one (:mod:`src.backends.repeats`).
 
 Chat prompts use the chat template stored in the GGUF; ``completion=True`` requests continue
 the single user message as plain text. Greedy decoding at temperature 0 (the cacheable case);
@@ -55,6 +56,7 @@ from tqdm.auto import tqdm
 from src.backends.base import ChatRequest, GenerationResult, LocalBackend, OrderedResults
 from src.backends.gguf_files import JsonValueEnd, gguf_path, import_llama_cpp
 from src.backends.gguf_quantize import RequantizedGGUF
+from src.backends.repeats import RepeatedItem
 
 logger = logging.getLogger(__name__)
 
@@ -376,6 +378,7 @@ class LlamaCppBackend(LocalBackend):
         grammar = self._grammar_sampler(request.response_schema) if request.response_schema else None
         rng = np.random.default_rng(request.seed) if request.temperature > 0 else None
         scanner = JsonValueEnd()
+        repeat = RepeatedItem(request.stop_at_repeat) if request.stop_at_repeat else None
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         pieces: list[str] = []
         generated = 0
@@ -392,7 +395,7 @@ class LlamaCppBackend(LocalBackend):
                     llama_cpp.llama_sampler_accept(grammar, token)
                 piece = decoder.decode(self._piece(token))
                 pieces.append(piece)
-                if scanner.feed(piece):
+                if (repeat is not None and repeat.feed(piece)) or scanner.feed(piece):
                     finish_reason = "stop"
                     break
                 if generated >= request.max_tokens:
@@ -404,7 +407,9 @@ class LlamaCppBackend(LocalBackend):
                 llama_cpp.llama_sampler_free(grammar)
         pieces.append(decoder.decode(b"", final=True))
         text = "".join(pieces)
-        if scanner.end is not None:
+        if repeat is not None and repeat.fired:
+            text = repeat.kept(text)
+        elif scanner.end is not None:
             text = text[: scanner.end]
         return text.strip(), generated, finish_reason
 

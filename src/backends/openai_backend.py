@@ -33,6 +33,7 @@ import openai
 from tqdm.auto import tqdm
 
 from src.backends.base import ChatRequest, GenerationResult, OrderedResults, ResultCallback
+from src.backends.repeats import cut_at_repeat
 from src.backends.retry import (
     RetryPolicy,
     is_auth_status,
@@ -348,7 +349,10 @@ class OpenAIBackend:
             raise _RetryableError(_describe(exc), retry_after, rate_limited=exc.status_code == 429) from None
         except (openai.APIConnectionError, TimeoutError) as exc:  # includes APITimeoutError
             raise _RetryableError(_describe(exc) or "timeout") from None
-        return _parse_completion(response, request.completion)
+        text, finish_reason, usage = _parse_completion(response, request.completion)
+        # The server cannot stop at a repeated item, so the same answer is cut from its text.
+        text, cut = cut_at_repeat(text, request.stop_at_repeat)
+        return text, "stop" if cut else finish_reason, usage
 
 
 class _LoopState:

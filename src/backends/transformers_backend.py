@@ -32,6 +32,7 @@ from src.backends.gguf_files import (  # noqa: F401  (re-exported: older imports
     resolve_model_location,
 )
 from src.backends.gguf_quantize import RequantizedGGUF
+from src.backends.repeats import RepeatedItem, cut_at_repeat
 
 logger = logging.getLogger(__name__)
 
@@ -213,7 +214,7 @@ class TransformersBackend(LocalBackend):
 
         started = time.perf_counter()
         try:
-            outputs = self._generate_ids(encoded, requests[0])
+            outputs = self._generate_ids(encoded, requests)
         except torch.cuda.OutOfMemoryError:
             if len(requests) == 1:
                 return [(indices[0], GenerationResult(requests[0], None, error="CUDA out of memory"))]
@@ -231,6 +232,8 @@ class TransformersBackend(LocalBackend):
         results = []
         for index, request, prompt_ids, (new_ids, finish_reason) in zip(indices, requests, encoded, outputs):
             text, _ = cut_after_json(self._tokenizer.decode(new_ids, skip_special_tokens=True))
+            text, cut = cut_at_repeat(text, request.stop_at_repeat)
+            finish_reason = "stop" if cut else finish_reason
             usage = {"prompt_tokens": len(prompt_ids), "completion_tokens": len(new_ids)}
             results.append(
                 (
@@ -242,9 +245,10 @@ class TransformersBackend(LocalBackend):
             )
         return results
 
-    def _generate_ids(self, encoded: list[list[int]], request: ChatRequest) -> list[tuple[list[int], str]]:
-        """Generate for one batch; each row cut at its first stop token or where its JSON answer
-        is complete, with its finish reason (``stop`` or ``length``).
+    def _generate_ids(self, encoded: list[list[int]], requests: list[ChatRequest]) -> list[tuple[list[int], str]]:
+        """Generate for one batch (whose requests share their decoding settings); each row cut at
+        its first stop token, where its JSON answer is complete or where an item of its final
+        list repeats (``stop_at_repeat``), with its finish reason (``stop`` or ``length``).
 
         The token prefix every prompt shares (system prompt, instructions, exemplars) runs
         through the model once; its key/value cache is copied to every row, and each row then
@@ -266,6 +270,7 @@ class TransformersBackend(LocalBackend):
         for row, ids in enumerate(suffixes):
             input_ids[row, shared + width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
             attention_mask[row, shared + width - len(ids) :] = 1
+        request = requests[0]
         sampling = request.temperature > 0
         config = GenerationConfig(
             max_new_tokens=request.max_tokens,
@@ -288,7 +293,9 @@ class TransformersBackend(LocalBackend):
                 if hasattr(cache, "batch_repeat_interleave"):
                     cache.batch_repeat_interleave(len(encoded))
                     extra["past_key_values"] = cache
-            json_stop = _JsonCompleteCriteria(self._tokenizer, shared + width, len(encoded), self._stop_ids)
+            json_stop = _JsonCompleteCriteria(
+                self._tokenizer, shared + width, [r.stop_at_repeat for r in requests], self._stop_ids
+            )
             output = self._model.generate(
                 input_ids=input_ids.to(self.device),
                 attention_mask=attention_mask.to(self.device),
@@ -310,20 +317,23 @@ class TransformersBackend(LocalBackend):
 
 
 class _JsonCompleteCriteria:
-    """Stops each row once its generated text holds a complete top-level JSON value.
+    """Stops each row once its generated text holds a complete top-level JSON value, or an
+    item of its final list that repeats an earlier one (the row's ``stop_at_repeat`` path).
 
     A ``transformers`` stopping criterion (called after every step with all ids so far). Each
     new token is decoded on its own and fed to that row's :class:`JsonValueEnd`; the brackets,
     quotes and backslashes it counts are whole characters in every tokenizer, so per-token
     decoding is exact for them. ``ends[row]`` is the number of generated tokens up to the one
-    that closed the value (None while open, or when the row ended otherwise).
+    that closed the value or the repeated item (None while open, or when the row ended otherwise).
     """
 
-    def __init__(self, tokenizer: Any, prompt_width: int, rows: int, stop_ids: list[int]) -> None:
+    def __init__(self, tokenizer: Any, prompt_width: int, repeat_paths: list[str | None], stop_ids: list[int]) -> None:
+        rows = len(repeat_paths)
         self._tokenizer = tokenizer
         self._prompt_width = prompt_width
         self._stop_ids = set(stop_ids)
         self._scanners = [JsonValueEnd() for _ in range(rows)]
+        self._repeats = [RepeatedItem(path) if path else None for path in repeat_paths]
         self._ended = [False] * rows
         self._seen = 0
         self.ends: list[int | None] = [None] * rows
@@ -338,12 +348,25 @@ class _JsonCompleteCriteria:
                     break
                 if token in self._stop_ids:
                     self._ended[row] = True
-                elif self._scanners[row].feed(self._tokenizer.decode([token], skip_special_tokens=True)):
+                elif self._ended_by(row, token, input_ids[row, self._prompt_width :][: self._seen + offset + 1]):
                     self._ended[row] = True
                     self.ends[row] = self._seen + offset + 1
         self._seen = input_ids.shape[1] - self._prompt_width
         done = [end is not None for end in self.ends]
         return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
+
+    def _ended_by(self, row: int, token: int, generated: Any) -> bool:
+        """Whether ``token`` ends the row. A repeat seen in per-token pieces is confirmed on the
+        properly decoded text (pieces can drop a word's leading space); when it is not, the row
+        stops watching and the cut after generation (``cut_at_repeat``) stays exact."""
+        piece = self._tokenizer.decode([token], skip_special_tokens=True)
+        repeat = self._repeats[row]
+        if repeat is not None and repeat.feed(piece):
+            text = self._tokenizer.decode(generated.tolist(), skip_special_tokens=True)
+            if cut_at_repeat(text, repeat.path)[1]:
+                return True
+            self._repeats[row] = None
+        return self._scanners[row].feed(piece)
 
 
 def _shared_prefix_length(encoded: list[list[int]]) -> int:

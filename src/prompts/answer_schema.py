@@ -114,6 +114,18 @@ def answer_shape(task: str, abductive: bool, answer_format: str = "compact") -> 
     return AnswerShape("objects", keys, label_keys)
 
 
+def final_span_list(task: str, abductive: bool, answer_format: str = "compact") -> str | None:
+    """The path (:mod:`src.backends.repeats`) of the span list that ends a well-formed answer:
+    ``$`` for an array answer, ``$.<key>`` when an object's last key holds spans, None when the
+    answer ends otherwise (the study's abductive objects end with their reasoning steps)."""
+    shape = answer_shape(task, abductive, answer_format)
+    if shape.container == "array":
+        return "$"
+    if shape.container == "object" and shape.keys[-1] in shape.span_keys:
+        return f"$.{shape.keys[-1]}"
+    return None
+
+
 _STRINGS: dict[str, Any] = {"type": "array", "items": {"type": "string"}, "minItems": 0}
 
 

@@ -24,7 +24,7 @@ from src.data.schema import Record
 from src.study import REASONING_PARTS, STRATEGY_ORDER, strategy_parts
 
 from . import templates
-from .answer_schema import check_format, check_prompt_form, request_schema
+from .answer_schema import check_format, check_prompt_form, final_span_list, request_schema
 from .exemplars import check_task, gold_answer
 
 #: The study's strategy names, re-exported from :mod:`src.study` (the one definition).
@@ -238,12 +238,14 @@ def build_messages(
 class RequestParts:
     """What ``ChatRequest`` needs from the prompt side for one input.
 
-    ``ChatRequest(messages=p.messages, completion=p.completion, response_schema=p.response_schema, ...)``
+    ``ChatRequest(messages=p.messages, completion=p.completion, response_schema=p.response_schema,
+    stop_at_repeat=p.stop_at_repeat, ...)``
     """
 
     messages: tuple[tuple[str, str], ...]
     completion: bool
     response_schema: str | None
+    stop_at_repeat: str | None = None
 
 
 @dataclass(frozen=True)
@@ -252,13 +254,15 @@ class PromptOptions:
 
     ``answer_format``: compact or study; ``form``: chat or completion; ``constrained``: send the
     answer's JSON schema; ``spans_from_input``: every span of a constrained answer must be a
-    word n-gram of the input.
+    word n-gram of the input; ``stop_at_repeated_span``: the answer ends at the first span of
+    its final list that repeats an earlier one (``ChatRequest.stop_at_repeat``).
     """
 
     answer_format: str = "compact"
     form: str = "chat"
     constrained: bool = False
     spans_from_input: bool = False
+    stop_at_repeated_span: bool = False
 
 
 def build_request_parts(
@@ -268,7 +272,8 @@ def build_request_parts(
     exemplars: Sequence[Record] = (),
     options: PromptOptions = PromptOptions(),
 ) -> RequestParts:
-    """Messages, completion flag and response schema for one input (see ``request_schema``)."""
+    """Messages, completion flag, response schema (see ``request_schema``) and repeat stop
+    (``final_span_list``) for one input."""
     strategy = _as_strategy(strategy, exemplars)
     messages = build_messages(strategy, task, text, exemplars, options.answer_format, options.form)
     schema = request_schema(
@@ -279,4 +284,5 @@ def build_request_parts(
         options.form,
         input_text=text if options.spans_from_input else None,
     )
-    return RequestParts(messages, options.form == "completion", schema)
+    stop = final_span_list(task, strategy.abductive, options.answer_format) if options.stop_at_repeated_span else None
+    return RequestParts(messages, options.form == "completion", schema, stop)

@@ -309,3 +309,55 @@ def test_two_workers_evaluate_each_groups_shared_prefix_once_but_where_they_meet
     assert evaluated < 3.5 * prefix_tokens, (evaluated, prefix_tokens)
     one = create_backend("llamacpp", model_id="smollm2-135m-gguf", n_ctx=1024, workers=1).generate(requests)
     assert [r.text for r in results] == [r.text for r in one]
+
+
+LOOP_PRONE_TEXTS = [
+    "Officials met on March 3, 1998, and again last month to discuss the merger.",
+    "He will return in two weeks, the spokesman said on Tuesday.",
+    "The report was released this morning and shows growth slowed in the past year.",
+]
+
+
+@pytest.mark.slow
+def test_stopping_at_a_repeated_span_gives_the_cut_of_the_free_answer_with_fewer_tokens(embedded):
+    """The embedded model's condition (completion form, spans from the input) under D and A:
+    stopping at the first repeated span must give exactly the free answer cut there."""
+    from src.backends.repeats import cut_at_repeat
+    from src.prompts import PromptOptions, build_request_parts
+
+    options = PromptOptions(
+        "compact", "completion", constrained=True, spans_from_input=True, stop_at_repeated_span=True
+    )
+    stopping = []
+    for name in ("D", "A"):
+        strategy = get_strategy(name)
+        for task in ("timex", "eventx"):
+            for i, text in enumerate(LOOP_PRONE_TEXTS):
+                parts = build_request_parts(strategy, task, text, (), options)
+                budget = 64 + (88 if strategy.abductive else 0)
+                stopping.append(
+                    ChatRequest(
+                        parts.messages,
+                        max_tokens=budget,
+                        response_schema=parts.response_schema,
+                        completion=True,
+                        stop_at_repeat=parts.stop_at_repeat,
+                        request_id=f"{name}-{task}-{i}",
+                    )
+                )
+    assert {r.stop_at_repeat for r in stopping} == {"$", "$.spans"}
+    free = [ChatRequest(r.messages, r.max_tokens, response_schema=r.response_schema, completion=True) for r in stopping]
+    stopped_results, free_results = embedded.generate(stopping), embedded.generate(free)
+    cut_count = 0
+    for stopped, unstopped in zip(stopped_results, free_results):
+        expected, was_cut = cut_at_repeat(unstopped.text, stopped.request.stop_at_repeat)
+        assert stopped.text == expected, stopped.request.request_id
+        assert stopped.usage["completion_tokens"] <= unstopped.usage["completion_tokens"]
+        if was_cut:
+            cut_count += 1
+            assert stopped.finish_reason == "stop"
+            assert stopped.usage["completion_tokens"] < unstopped.usage["completion_tokens"]
+            json.loads(stopped.text)  # closed: valid JSON
+        else:
+            assert stopped.finish_reason == unstopped.finish_reason
+    assert cut_count >= 3, [r.text for r in free_results]

@@ -343,3 +343,17 @@ def test_a_request_schema_is_sent_as_response_format_in_the_servers_dialect():
             assert result.ok
             assert server.bodies[-1].get("response_format") == expected
         assert "response_format" not in _Backend(model_id="m", base_url=server.base_url).cache_identity()
+
+
+def test_an_answer_is_cut_at_the_first_repeated_item_of_its_final_list(tmp_path, server, make_backend):
+    """The server cannot stop there, so the backend cuts the text: the same answer a local
+    backend gives by stopping, finish_reason stop even where the server ran to its budget."""
+    looping = '{"choices": [{"message": {"content": "[\\"Friday\\", \\"May\\", \\"Friday\\", \\"Fri"}, "finish_reason": "length"}]}'
+    server.inject("loop", status=200, times=None, body=looping)
+    cached = CachedBackend(make_backend(), ResponseCache(tmp_path))
+    stopped, free = cached.generate([request("loop", stop_at_repeat="$"), request("loop")])
+    assert (stopped.text, stopped.finish_reason) == ('["Friday", "May"]', "stop")
+    assert (free.text, free.finish_reason) == ('["Friday", "May", "Friday", "Fri', "length")
+    assert server.requests_matching("loop") == 2  # two cache keys
+    again = cached.generate([request("loop", stop_at_repeat="$")])[0]
+    assert again.cached and (again.text, again.finish_reason) == ('["Friday", "May"]', "stop")

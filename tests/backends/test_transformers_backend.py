@@ -155,12 +155,39 @@ def test_json_stop_criterion_stops_each_row_after_its_value():
     rows = ['["a"] tail', 'x {"k": "]"} y', '["open', "[]"]
     width = max(len(r) for r in rows)
     ids = [prompt + [ord(c) for c in r] + [2] * (width - len(r)) for r in rows]  # 2 = end of sequence
-    criterion = _JsonCompleteCriteria(_CharTokenizer(), prompt_width=3, rows=4, stop_ids=[2])
+    criterion = _JsonCompleteCriteria(_CharTokenizer(), prompt_width=3, repeat_paths=[None] * 4, stop_ids=[2])
     done = None
     for step in range(1, width + 1):  # called after every generated token, as generate does
         done = criterion(torch.tensor([row[: 3 + step] for row in ids]), None)
     assert done.tolist() == [True, True, False, True]
     assert criterion.ends == [len('["a"]'), len('x {"k": "]"}'), None, 2]
+
+
+class _SpacelessPieces(_CharTokenizer):
+    """Like SentencePiece tokenizers, a token decoded alone loses its leading space."""
+
+    def decode(self, ids, skip_special_tokens=True):
+        text = super().decode(ids, skip_special_tokens)
+        return text.lstrip(" ") if len(ids) == 1 else text
+
+
+def test_json_stop_criterion_stops_a_row_at_its_first_repeated_item_confirmed_on_the_whole_text():
+    import torch
+
+    from src.backends.transformers_backend import _JsonCompleteCriteria
+
+    prompt = [ord("p")] * 3
+    rows = ['["a", "b", "a", "c"]', '["a", "b", "c"]', '["a b", "ab", "x"]', '{"spans": ["x", "x"]}']
+    width = max(len(r) for r in rows)
+    ids = [prompt + [ord(c) for c in r] + [2] * (width - len(r)) for r in rows]
+    criterion = _JsonCompleteCriteria(
+        _SpacelessPieces(), prompt_width=3, repeat_paths=["$", "$", "$", "$.spans"], stop_ids=[2]
+    )
+    for step in range(1, width + 1):
+        criterion(torch.tensor([row[: 3 + step] for row in ids]), None)
+    # row 0 stops at the closing quote of the repeated "a"; row 1 at its end; row 2's pieces
+    # look like a repeat ("a b" read as "ab") but the whole text is not one, so it runs on
+    assert criterion.ends == [len('["a", "b", "a"'), len(rows[1]), len(rows[2]), len('{"spans": ["x", "x"')]
 
 
 def test_completion_requests_skip_the_chat_template():

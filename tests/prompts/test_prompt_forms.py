@@ -23,7 +23,7 @@ from src.prompts import (
     target_spans,
     templates,
 )
-from src.prompts.answer_schema import answer_schema, request_schema
+from src.prompts.answer_schema import answer_schema, final_span_list, request_schema
 
 from . import build_train_records
 from .schema_check import is_valid
@@ -148,7 +148,13 @@ def test_request_parts(fmt, form, constrained, train_records):
         assert parts.messages == messages
         assert parts.completion is (form == "completion")
         assert parts.response_schema == request_schema(task, strategy, fmt, constrained, form)
+        assert parts.stop_at_repeat is None
         hash(parts)
+        stopping = build_request_parts(
+            strategy, task, INPUT, exemplars, PromptOptions(fmt, form, constrained, stop_at_repeated_span=True)
+        )
+        assert stopping.stop_at_repeat == final_span_list(task, strategy.abductive, fmt)
+        assert stopping.messages == parts.messages and stopping.response_schema == parts.response_schema
 
 
 def test_bad_format_or_form(train_records):
