@@ -23,11 +23,6 @@ ROOT = "$"
 _KEY_PATH = re.compile(r"^\$\.(?P<key>[A-Za-z_][A-Za-z0-9_]*)$")
 
 
-def list_path(key: str | None) -> str:
-    """The path of the top-level array (``key`` None) or of the array under ``key``."""
-    return ROOT if key is None else f"{ROOT}.{key}"
-
-
 def path_key(path: str) -> str | None:
     """The object key a path names (None for the top-level array); ValueError if malformed."""
     if path == ROOT:

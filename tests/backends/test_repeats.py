@@ -10,7 +10,7 @@ import pytest
 
 from src.backends.base import ChatRequest
 from src.backends.cache import cache_key, cache_key_fields
-from src.backends.repeats import RepeatedItem, cut_at_repeat, list_path, path_key
+from src.backends.repeats import RepeatedItem, cut_at_repeat, path_key
 from src.prompts.answer_schema import answer_shape, final_span_list
 from src.prompts.parsing import parse_answer
 from src.study import TASK_ORDER
@@ -84,7 +84,6 @@ def test_cut_answers_parse_to_the_spans_before_the_repeat():
 
 
 def test_paths():
-    assert list_path(None) == "$" and list_path("spans") == "$.spans"
     assert path_key("$") is None and path_key("$.eventx") == "eventx"
     for bad in ("", "spans", "$.", "$.a.b", "$[0]", "$.1x"):
         with pytest.raises(ValueError, match="list path"):
