@@ -103,14 +103,23 @@ def planned_datasets(cfg: DictConfig) -> list[tuple[str, str, Path]]:
     return plan
 
 
+def generation_flag(cfg: DictConfig, key: str) -> bool:
+    """``generation.<key>`` as a bool; anything but true/false (``=yes``, ``=1``) is a ConfigError,
+    not silently true."""
+    value = cfg.generation.get(key, False)
+    if not isinstance(value, bool):
+        raise ConfigError(f"generation.{key}: expected true or false, got {value!r}")
+    return value
+
+
 def prompt_options(cfg: DictConfig) -> PromptOptions:
     prompt = cfg.get("prompt") or {}
     options = PromptOptions(
         answer_format=str(prompt.get("answer_format", "compact")),
         form=str(prompt.get("form", "chat")),
-        constrained=bool(cfg.generation.get("constrained", False)),
-        spans_from_input=bool(cfg.generation.get("spans_from_input", False)),
-        stop_at_repeated_span=bool(cfg.generation.get("stop_at_repeated_span", False)),
+        constrained=generation_flag(cfg, "constrained"),
+        spans_from_input=generation_flag(cfg, "spans_from_input"),
+        stop_at_repeated_span=generation_flag(cfg, "stop_at_repeated_span"),
     )
     if options.answer_format not in ANSWER_FORMATS:
         raise ConfigError(f"prompt.answer_format: {options.answer_format!r} is not one of {ANSWER_FORMATS}")

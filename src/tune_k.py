@@ -21,7 +21,7 @@ from src.data.schema import read_records
 from src.data.splits import subset_by_id
 from src.params import register_resolver
 from src.prompts import K_CHOICES, select_k, strategy_from_config
-from src.run import PromptedSystem, build_backend, checked_limit, prompt_options
+from src.run import ConfigError, PromptedSystem, build_backend, checked_limit, prompt_options
 from src.scoring.evaluate import evaluate_dataset
 from src.scoring.runner import DatasetPlan
 
@@ -36,8 +36,11 @@ def tune(cfg: DictConfig) -> dict:
     strategy = strategy_from_config(cfg.strategy)
     if not strategy.inductive:
         raise SystemExit(f"strategy {strategy.name} uses no exemplars: choose an inductive one (I, D+I, A+I, A+D+I)")
+    try:  # a bad override is one line, before any backend is built
+        options = prompt_options(cfg)
+    except ConfigError as error:
+        raise SystemExit(f"error: {error}") from None
     backend = build_backend(cfg)
-    options = prompt_options(cfg)
     result: dict = {
         "model": cfg.model.name,
         "strategy": strategy.name,

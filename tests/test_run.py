@@ -243,6 +243,8 @@ def test_missing_api_key_fails_before_any_request(workspace: Path):
         "datasets=[nope]",
         "prompt.answer_format=nope",
         "scoring.bootstrap_resamples=0",
+        "generation.stop_at_repeated_span=yes",  # was silently true
+        "generation.constrained=1",
     ],
 )
 def test_a_bad_override_is_one_line_and_opens_no_run(workspace: Path, override: str):
