@@ -102,17 +102,20 @@ class JsonValueEnd:
 
     ``feed(piece)`` returns True once the text fed so far holds a complete value; ``end`` is
     then the character offset just after its closing bracket (so text after it in the same
-    token can be cut off). Strings are tracked only inside the value, so apostrophes in prose
-    before it do not confuse the count.
+    token can be cut off) and :meth:`answer` the text cut there. Strings are tracked only
+    inside the value, so apostrophes in prose before it do not confuse the count. Subclasses
+    (:class:`src.backends.repeats.RepeatedItem`) read the same scan through its hooks and may
+    stop it earlier.
     """
 
     _CLOSERS = {"[": "]", "{": "}"}
 
     def __init__(self) -> None:
-        self._stack: list[str] = []
+        self._stack: list[str] = []  # the closers of the open brackets, outermost first
         self._in_string = False
         self._escaped = False
         self._consumed = 0
+        self._stopped = False
         self.end: int | None = None
 
     @property
@@ -121,38 +124,71 @@ class JsonValueEnd:
         return self.end is not None
 
     def feed(self, piece: str) -> bool:
-        """Read the next piece of generated text; True when the value is complete."""
-        if self.end is not None:
+        """Read the next piece of generated text; True when reading has stopped (here: the
+        value is complete)."""
+        if self._stopped:
             return True
         for offset, char in enumerate(piece):
-            if self._step(char):
-                self.end = self._consumed + offset + 1
+            if self._step(char, self._consumed + offset):
+                self._stopped = True
                 return True
         self._consumed += len(piece)
         return False
 
-    def _step(self, char: str) -> bool:
+    def answer(self, text: str) -> str:
+        """``text`` (everything fed) cut after the complete value, or whole while it is open."""
+        return text if self.end is None else text[: self.end]
+
+    def _step(self, char: str, position: int) -> bool:
         if not self._stack:
             if char in self._CLOSERS:
-                self._stack.append(self._CLOSERS[char])
+                self._open(char)
             return False
         if self._in_string:
+            self._string_char(char)
             if self._escaped:
                 self._escaped = False
             elif char == "\\":
                 self._escaped = True
             elif char == '"':
                 self._in_string = False
+                return self._string_closed(position)
             return False
         if char == '"':
             self._in_string = True
+            self._string_opened()
         elif char in self._CLOSERS:
-            self._stack.append(self._CLOSERS[char])
+            self._open(char)
         elif char in "]}":
             if char != self._stack[-1]:  # mismatched bracket: not JSON, keep reading
                 return False
+            self._closing()
             self._stack.pop()
-            return not self._stack
+            if not self._stack:
+                self.end = position + 1
+                return True
+        elif char == ",":
+            self._comma()
+        return False
+
+    # hooks for subclasses: the scan's events, in text order
+    def _open(self, bracket: str) -> None:
+        self._stack.append(self._CLOSERS[bracket])
+
+    def _closing(self) -> None:
+        """The innermost bracket is about to close."""
+
+    def _comma(self) -> None:
+        """A comma outside strings."""
+
+    def _string_opened(self) -> None:
+        """An opening quote inside the value."""
+
+    def _string_char(self, char: str) -> None:
+        """A character after a string's opening quote, its closing quote included."""
+
+    def _string_closed(self, position: int) -> bool:
+        """A string closed at ``position``; True stops the scan."""
         return False
 
 

@@ -377,8 +377,7 @@ class LlamaCppBackend(LocalBackend):
         llama_cpp = import_llama_cpp()
         grammar = self._grammar_sampler(request.response_schema) if request.response_schema else None
         rng = np.random.default_rng(request.seed) if request.temperature > 0 else None
-        scanner = JsonValueEnd()
-        repeat = RepeatedItem(request.stop_at_repeat) if request.stop_at_repeat else None
+        scanner = RepeatedItem(request.stop_at_repeat) if request.stop_at_repeat else JsonValueEnd()
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         pieces: list[str] = []
         generated = 0
@@ -395,7 +394,7 @@ class LlamaCppBackend(LocalBackend):
                     llama_cpp.llama_sampler_accept(grammar, token)
                 piece = decoder.decode(self._piece(token))
                 pieces.append(piece)
-                if (repeat is not None and repeat.feed(piece)) or scanner.feed(piece):
+                if scanner.feed(piece):
                     finish_reason = "stop"
                     break
                 if generated >= request.max_tokens:
@@ -406,12 +405,7 @@ class LlamaCppBackend(LocalBackend):
             if grammar is not None:
                 llama_cpp.llama_sampler_free(grammar)
         pieces.append(decoder.decode(b"", final=True))
-        text = "".join(pieces)
-        if repeat is not None and repeat.fired:
-            text = repeat.kept(text)
-        elif scanner.end is not None:
-            text = text[: scanner.end]
-        return text.strip(), generated, finish_reason
+        return scanner.answer("".join(pieces)).strip(), generated, finish_reason
 
     def _grammar_sampler(self, schema: str) -> Any:
         llama_cpp = import_llama_cpp()

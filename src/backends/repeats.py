@@ -8,7 +8,8 @@ path: ``$`` for a top-level array, ``$.key`` for the array under a key of a top-
 ends where an item of that list repeats one before it: the answer is that list closed before
 the repeat (and the object closed after it), with ``finish_reason`` ``stop``.
 
-Local backends stop decoding there (:class:`RepeatedItem`, fed piece by piece); API backends
+Local backends stop decoding there (:class:`RepeatedItem`, fed piece by piece: the same scan
+that ends generation at the answer's complete JSON value); API backends
 cut the text they receive (:func:`cut_at_repeat`). Both give the same answer, because the
 text up to the repeat is the same. Only the final list may be named: a cut drops whatever the
 answer would have held after it.
@@ -18,6 +19,8 @@ from __future__ import annotations
 
 import json
 import re
+
+from src.backends.gguf_files import JsonValueEnd
 
 ROOT = "$"
 _KEY_PATH = re.compile(r"^\$\.(?P<key>[A-Za-z_][A-Za-z0-9_]*)$")
@@ -33,30 +36,28 @@ def path_key(path: str) -> str | None:
     return match["key"]
 
 
-class RepeatedItem:
-    """Incremental detector of the first repeated string item of one list.
+class RepeatedItem(JsonValueEnd):
+    """Incremental detector of the first repeated string item of one list, on the scan that
+    finds the end of the answer's JSON value.
 
-    ``feed(piece)`` returns True once the text fed so far closes a string item equal (as a
-    JSON value) to an earlier item of the watched list; :attr:`cut` is then the offset just
-    after the last item kept and :meth:`kept` the answer cut and closed there. Text before the
-    first ``[`` or ``{`` is skipped, and nothing after the top-level value is read.
+    ``feed(piece)`` returns True once the value is complete or the text fed so far closes a
+    string item equal (as a JSON value) to an earlier item of the watched list (:attr:`fired`);
+    :meth:`kept` is then the text cut after the last item kept, the list and object closed, and
+    :meth:`answer` whichever cut applies. Text before the first ``[`` or ``{`` is skipped, and
+    nothing after the top-level value is read.
     """
 
     def __init__(self, path: str) -> None:
+        super().__init__()
         self.path = path
         self._key = path_key(path)
-        self._closing = "]" if self._key is None else "]}"
-        self._stack: list[str] = []  # open brackets, outermost first
+        self._closing_text = "]" if self._key is None else "]}"
         self._watched_depth: int | None = None  # stack depth while inside the watched list
-        self._in_string = False
-        self._escaped = False
         self._string: list[str] = []  # the open string literal's characters, quotes included
         self._object_key: str | None = None  # the last key read in the top-level object
         self._expect_key = False
         self._seen: set[str] = set()
         self._last_item_end: int | None = None
-        self._consumed = 0
-        self._done = False
         self.cut: int | None = None
 
     @property
@@ -68,65 +69,40 @@ class RepeatedItem:
         """``text`` (everything fed) cut after the last kept item, with the list and object closed."""
         if self.cut is None:
             return text
-        return text[: self.cut] + self._closing
+        return text[: self.cut] + self._closing_text
 
-    def feed(self, piece: str) -> bool:
-        """Read the next piece of generated text; True when a repeated item was found."""
-        if self._done:
-            return self.fired
-        for offset, char in enumerate(piece):
-            if self._step(char, self._consumed + offset):
-                self._done = True
-                break
-        self._consumed += len(piece)
-        return self.fired
-
-    def _step(self, char: str, position: int) -> bool:
-        """One character; True when reading should stop (a repeat, or the value closed)."""
-        if self._in_string:
-            self._string.append(char)
-            if self._escaped:
-                self._escaped = False
-            elif char == "\\":
-                self._escaped = True
-            elif char == '"':
-                self._in_string = False
-                return self._string_closed(position)
-            return False
-        if not self._stack:
-            if char in "[{":
-                self._open(char)
-            return False
-        if char == '"':
-            self._in_string, self._string = True, [char]
-        elif char in "[{":
-            self._open(char)
-        elif char in "]}":
-            if self._stack[-1] != {"]": "[", "}": "{"}[char]:
-                return False  # mismatched bracket: not JSON, keep reading
-            if self._watched_depth == len(self._stack):
-                self._watched_depth = None
-            self._stack.pop()
-            return not self._stack
-        elif char == "," and self._stack == ["{"]:
-            self._expect_key = True
-        return False
+    def answer(self, text: str) -> str:
+        return self.kept(text) if self.fired else super().answer(text)
 
     def _open(self, bracket: str) -> None:
-        self._stack.append(bracket)
+        super()._open(bracket)
         if bracket == "{" and len(self._stack) == 1:
             self._expect_key = True
         if bracket != "[" or self._watched_depth is not None:
             return
-        top_array = self._key is None and self._stack == ["["]
-        keyed = self._key is not None and self._stack == ["{", "["] and self._object_key == self._key
+        top_array = self._key is None and self._stack == ["]"]
+        keyed = self._key is not None and self._stack == ["}", "]"] and self._object_key == self._key
         if top_array or keyed:
             self._watched_depth = len(self._stack)
             self._seen.clear()
 
+    def _closing(self) -> None:
+        if self._watched_depth == len(self._stack):
+            self._watched_depth = None
+
+    def _comma(self) -> None:
+        if self._stack == ["}"]:
+            self._expect_key = True
+
+    def _string_opened(self) -> None:
+        self._string = ['"']
+
+    def _string_char(self, char: str) -> None:
+        self._string.append(char)
+
     def _string_closed(self, position: int) -> bool:
         value = _json_string("".join(self._string))
-        if self._stack == ["{"] and self._expect_key:
+        if self._stack == ["}"] and self._expect_key:
             self._object_key, self._expect_key = value, False
             return False
         if self._watched_depth != len(self._stack):
@@ -154,6 +130,7 @@ def cut_at_repeat(text: str, path: str | None) -> tuple[str, bool]:
     if path is None:
         return text, False
     detector = RepeatedItem(path)
-    if not detector.feed(text):
+    detector.feed(text)
+    if not detector.fired:
         return text, False
     return detector.kept(text), True

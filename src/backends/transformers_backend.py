@@ -332,8 +332,7 @@ class _JsonCompleteCriteria:
         self._tokenizer = tokenizer
         self._prompt_width = prompt_width
         self._stop_ids = set(stop_ids)
-        self._scanners = [JsonValueEnd() for _ in range(rows)]
-        self._repeats = [RepeatedItem(path) if path else None for path in repeat_paths]
+        self._scanners: list[JsonValueEnd] = [RepeatedItem(path) if path else JsonValueEnd() for path in repeat_paths]
         self._ended = [False] * rows
         self._seen = 0
         self.ends: list[int | None] = [None] * rows
@@ -359,14 +358,16 @@ class _JsonCompleteCriteria:
         """Whether ``token`` ends the row. A repeat seen in per-token pieces is confirmed on the
         properly decoded text (pieces can drop a word's leading space); when it is not, the row
         stops watching and the cut after generation (``cut_at_repeat``) stays exact."""
-        piece = self._tokenizer.decode([token], skip_special_tokens=True)
-        repeat = self._repeats[row]
-        if repeat is not None and repeat.feed(piece):
-            text = self._tokenizer.decode(generated.tolist(), skip_special_tokens=True)
-            if cut_at_repeat(text, repeat.path)[1]:
-                return True
-            self._repeats[row] = None
-        return self._scanners[row].feed(piece)
+        scanner = self._scanners[row]
+        if not scanner.feed(self._tokenizer.decode([token], skip_special_tokens=True)):
+            return False
+        if not (isinstance(scanner, RepeatedItem) and scanner.fired):
+            return True  # the value is complete
+        text = self._tokenizer.decode(generated.tolist(), skip_special_tokens=True)
+        if cut_at_repeat(text, scanner.path)[1]:
+            return True
+        self._scanners[row] = JsonValueEnd()  # not a repeat: only the value's end is watched now
+        return self._scanners[row].feed(text)
 
 
 def _shared_prefix_length(encoded: list[list[int]]) -> int:
