@@ -54,6 +54,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from src.backends.base import ChatRequest, GenerationResult, LocalBackend, OrderedResults
+from src.backends.forced import SchemaCursor, object_keys
 from src.backends.gguf_files import JsonValueEnd, gguf_path, import_llama_cpp
 from src.backends.gguf_quantize import RequantizedGGUF
 from src.backends.repeats import RepeatedItem
@@ -108,6 +109,13 @@ class LlamaCppBackend(LocalBackend):
             the embedded model's default, faster on a CPU than its shipped ``Q4_1``; see
             :mod:`src.backends.gguf_quantize`); None runs the file as it is.
         requantize_dir: where derived files are kept (default ``.cache/gguf``).
+        prefill_schema_text: under an object schema, evaluate the text the schema fixes (the
+            opening ``{"reasoning_steps":`` after the model's first token of it, ``, "spans":``
+            after its first token, the closing ``}``) in one batch instead of decoding it token
+            by token (:class:`~src.backends.forced.SchemaCursor`; part of the cache identity).
+        list_token_budgets: ``{key: tokens}``: under an object schema, a list that has taken its
+            budget is closed (``"]``) and the answer goes on to its next key (the embedded
+            model's ``reasoning_steps``: its loops cannot eat the spans' tokens).
     """
 
     name = "llamacpp"
@@ -125,6 +133,8 @@ class LlamaCppBackend(LocalBackend):
         prefix_reuse: bool = True,
         requantize: str | None = None,
         requantize_dir: str | None = None,
+        prefill_schema_text: bool = False,
+        list_token_budgets: dict[str, int] | None = None,
     ) -> None:
         import_llama_cpp()  # fail at construction, with the set-up step, not at first request
         for key, value in (("n_ctx", n_ctx), ("n_batch", n_batch), ("n_threads", n_threads)):
@@ -144,6 +154,12 @@ class LlamaCppBackend(LocalBackend):
         self.n_batch = n_batch
         self.seed = seed
         self.prefix_reuse = prefix_reuse
+        self.prefill_schema_text = bool(prefill_schema_text)
+        self.list_token_budgets = dict(list_token_budgets or {})
+        for key, budget in self.list_token_budgets.items():
+            if not _positive_int(budget):
+                raise ValueError(f"llamacpp backend: list_token_budgets[{key!r}] must be a positive integer")
+        self._forced_tokens: dict[str, list[int]] = {}
         self.stats = {
             "requests": 0,
             "prompt_tokens": 0,
@@ -167,11 +183,15 @@ class LlamaCppBackend(LocalBackend):
         )
 
     def cache_identity(self) -> dict:
-        """Options that change the answer: the model file (and the exact re-quantised weights).
-        Threads, workers, batch and reuse do not."""
-        identity = {"gguf_file": self.gguf_file}
+        """Options that change the answer: the model file (and the exact re-quantised weights), the
+        prefilled schema text and the list budgets. Threads, workers, batch and reuse do not."""
+        identity: dict[str, Any] = {"gguf_file": self.gguf_file}
         if self.requantized is not None:
             identity.update(self.requantized.identity())
+        if self.prefill_schema_text:
+            identity["prefill_schema_text"] = True
+        if self.list_token_budgets:
+            identity["list_token_budgets"] = dict(sorted(self.list_token_budgets.items()))
         return identity
 
     @property
@@ -373,11 +393,14 @@ class LlamaCppBackend(LocalBackend):
         return np.ctypeslib.as_array(pointer, shape=(self._n_vocab,)).copy()
 
     def _decode(self, llm: Any, request: ChatRequest) -> tuple[str, int, str]:
-        """Generate after the evaluated prompt; ``(text, generated tokens, finish_reason)``."""
+        """Generate after the evaluated prompt; ``(text, generated tokens, finish_reason)``.
+        Text the schema fixes is evaluated with the model's last token in one batch and counts
+        as generated (:meth:`_cursor`)."""
         llama_cpp = import_llama_cpp()
         grammar = self._grammar_sampler(request.response_schema) if request.response_schema else None
         rng = np.random.default_rng(request.seed) if request.temperature > 0 else None
         scanner = RepeatedItem(request.stop_at_repeat) if request.stop_at_repeat else JsonValueEnd()
+        cursor = self._cursor(request)
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         pieces: list[str] = []
         generated = 0
@@ -399,13 +422,53 @@ class LlamaCppBackend(LocalBackend):
                     break
                 if generated >= request.max_tokens:
                     break
-                llm.eval([token])
+                batch = [token]
+                if cursor is not None:
+                    cursor.feed(piece)
+                    if cursor.complete_but_closing:  # the grammar allows only the closing brace
+                        pieces.append("}")
+                        scanner.feed("}")
+                        finish_reason = "stop"
+                        break
+                    text = cursor.forced()
+                    forced = self._forced_tokens_for(text) if text else []
+                    if forced and generated + len(forced) < request.max_tokens:
+                        self._accept_forced(grammar, forced)
+                        pieces.append(text)
+                        cursor.feed(text, tokens=len(forced))
+                        generated += len(forced)
+                        if scanner.feed(text):
+                            finish_reason = "stop"
+                            break
+                        batch += forced
+                llm.eval(batch)
                 logits = self._logits(llm)
         finally:
             if grammar is not None:
                 llama_cpp.llama_sampler_free(grammar)
         pieces.append(decoder.decode(b"", final=True))
         return scanner.answer("".join(pieces)).strip(), generated, finish_reason
+
+    def _cursor(self, request: ChatRequest) -> SchemaCursor | None:
+        """The schema cursor of a constrained object answer (None: nothing to force)."""
+        if not (self.prefill_schema_text or self.list_token_budgets) or request.response_schema is None:
+            return None
+        keys = object_keys(request.response_schema)
+        return SchemaCursor(keys, self.list_token_budgets, prefill=self.prefill_schema_text) if keys else None
+
+    def _forced_tokens_for(self, text: str) -> list[int]:
+        if text not in self._forced_tokens:
+            self._forced_tokens[text] = self._llm.tokenize(text.encode("utf-8"), add_bos=False, special=False)
+        return self._forced_tokens[text]
+
+    def _accept_forced(self, grammar: Any, tokens: list[int]) -> None:
+        """Advance the grammar over forced tokens; one it rejects is a bug in
+        :class:`~src.backends.forced.SchemaCursor`, never silently decoded past."""
+        llama_cpp = import_llama_cpp()
+        for token in tokens:
+            if grammar is None or not self._grammar_allows(grammar, token, 0.0):
+                raise RuntimeError(f"the schema's grammar rejects the forced token {token}")
+            llama_cpp.llama_sampler_accept(grammar, token)
 
     def _grammar_sampler(self, schema: str) -> Any:
         llama_cpp = import_llama_cpp()
@@ -475,3 +538,7 @@ class LlamaCppBackend(LocalBackend):
         llama_cpp.llama_sampler_apply(grammar, ctypes.byref(array))
         data = data[: array.size]
         return data["id"], data["logit"]
+
+
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1

@@ -37,13 +37,14 @@ import logging
 import random
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from src.cli import optional_int
 from src.data.schema import Record
 from src.data.text import words
 from src.derive import attack_env
@@ -54,6 +55,7 @@ from src.derive.attack_recipes import CharAttackSettings, WordAttackSettings, ch
 from src.derive.attack_victim import VictimModel
 from src.derive.examples import write_report
 from src.derive.outputs import add_base_arguments, read_base, write_derived
+from src.derive.workers import default_workers, map_in_workers
 from src.finetune.bio import span_label_for_task
 
 log = logging.getLogger(__name__)
@@ -372,6 +374,65 @@ def victim_scores(
     }
 
 
+def attack_kinds(args: argparse.Namespace) -> tuple[str, ...]:
+    """The attacks run on every record of the task."""
+    return ("word", "char") if args.task == "eventx" and args.eventx_char else ATTACKS_BY_TASK[args.task]
+
+
+def attacker_from_args(args: argparse.Namespace, classifier: Any) -> Attacker:
+    """The attacker the command line describes, against ``classifier``."""
+    use_cf = {"auto": None, "yes": True, "no": False}[args.counter_fitted]
+    attacker = build_attacker(
+        classifier,
+        args.task,
+        args.seed,
+        args.query_budget,
+        args.success_threshold,
+        WordAttackSettings(
+            similarity_threshold=args.similarity_threshold,
+            use_counter_fitted=use_cf,
+            adjacent_first=args.adjacent_first,
+            minilm_neighbours=args.minilm_neighbours,
+        ),
+        CharAttackSettings(
+            max_edit_distance=args.max_edit_distance,
+            adjacent_first=args.adjacent_first,
+            every_position=args.char_every_position,
+        ),
+        kinds=attack_kinds(args),
+        device=args.device,
+        criterion=args.success_criterion,
+    )
+    attacker.chain = args.chain
+    return attacker
+
+
+@dataclass
+class RecordAttack:
+    """One record's ``adv`` version, with the attack tallies it added."""
+
+    record: Record
+    counts: Counter
+    rejections: Counter
+
+
+def record_attacker(args: argparse.Namespace) -> Callable[[Record], RecordAttack]:
+    """A worker's attack function: loads the victim and builds the attacker once
+    (:func:`src.derive.workers.map_in_workers` calls this in each worker process)."""
+    from src.finetune.predict import TokenClassifier
+
+    if args.nltk_data:
+        attack_env.use_nltk_data(args.nltk_data)
+    attacker = attacker_from_args(args, TokenClassifier.load(args.checkpoint, device=args.device))
+
+    def attack(record: Record) -> RecordAttack:
+        counts, rejections = Counter(attacker.counts), Counter(grammar_rejections(attacker))
+        derived = attacker.attack_record(record)
+        return RecordAttack(derived, attacker.counts - counts, Counter(grammar_rejections(attacker)) - rejections)
+
+    return attack
+
+
 def parse_bool(value: str) -> bool:
     """``true``/``false`` (and yes/no, 1/0) for flags templated from params.yaml."""
     lowered = str(value).strip().lower()
@@ -452,47 +513,29 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     parser.add_argument("--nltk-data", help="NLTK data folder (default: <paths.raw>/nltk_data)")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument(
+        "--workers",
+        type=optional_int,
+        help="processes attacking records at once, one CPU thread each (null: one per CPU); "
+        "the records do not depend on it",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     if args.nltk_data:
         attack_env.use_nltk_data(args.nltk_data)
 
-    from tqdm import tqdm
-
     from src.finetune.predict import TokenClassifier
 
     records = read_base(args)
-    classifier = TokenClassifier.load(args.checkpoint, device=args.device)
-    use_cf = {"auto": None, "yes": True, "no": False}[args.counter_fitted]
-    kinds = ("word", "char") if args.task == "eventx" and args.eventx_char else ATTACKS_BY_TASK[args.task]
-    attacker = build_attacker(
-        classifier,
-        args.task,
-        args.seed,
-        args.query_budget,
-        args.success_threshold,
-        WordAttackSettings(
-            similarity_threshold=args.similarity_threshold,
-            use_counter_fitted=use_cf,
-            adjacent_first=args.adjacent_first,
-            minilm_neighbours=args.minilm_neighbours,
-        ),
-        CharAttackSettings(
-            max_edit_distance=args.max_edit_distance,
-            adjacent_first=args.adjacent_first,
-            every_position=args.char_every_position,
-        ),
-        kinds=kinds,
-        device=args.device,
-        criterion=args.success_criterion,
-    )
-    attacker.chain = args.chain
+    workers = args.workers or default_workers()
     started = time.perf_counter()
-    derived = [attacker.attack_record(r) for r in tqdm(records, desc=f"adv {args.task}", unit="instance")]
+    attacked = map_in_workers(record_attacker, args, records, workers, desc=f"adv {args.task}")
     elapsed = time.perf_counter() - started
-    if attacker.sentence_model is None:
-        attacker.sentence_model = load_sentence_model(device=args.device)
-    stats = summarize(derived, attacker.counts) | sentence_similarity(attacker.sentence_model, derived)
+    derived = [a.record for a in attacked]
+    counts = sum((a.counts for a in attacked), Counter())
+    rejections = sum((a.rejections for a in attacked), Counter())
+    classifier = TokenClassifier.load(args.checkpoint, device=args.device)
+    stats = summarize(derived, counts) | sentence_similarity(load_sentence_model(device=args.device), derived)
     stats |= victim_scores(classifier, records, derived, args.seed, args.bootstrap_resamples)
     stats |= {
         "task": args.task,
@@ -506,10 +549,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         "char_every_position": args.char_every_position,
         "chain": args.chain,
         "minilm_neighbours": args.minilm_neighbours,
-        "attacks": list(attacker.attacks),
+        "attacks": list(attack_kinds(args)),
         "victim": str(args.checkpoint),
         "seconds_per_instance": elapsed / len(derived) if derived else 0.0,
-        "grammar_rejections": grammar_rejections(attacker),
+        "grammar_rejections": dict(rejections),
+        "workers": workers,
     }
     # records and stats by the shared writer; the examples page with EXAMPLES_SHOWN pairs
     write_derived(argparse.Namespace(**{**vars(args), "examples": None}), "adv", records, derived, stats)

@@ -80,7 +80,8 @@ class TrainConfig:
     torch for deterministic kernels on top of the seeds; ``num_threads`` sets torch's CPU
     threads (null: torch's default); ``report_to`` is ``mlflow`` (one MLflow run per
     training) or ``none``; ``include_negatives`` adds the target-free sentences of the
-    train/val documents; ``seed`` and ``data_dir`` come from the top-level ``seed`` and
+    train/val documents; ``group_by_length`` batches sentences of similar length together
+    (less padding, the same epochs; other batches, so other weights); ``seed`` and ``data_dir`` come from the top-level ``seed`` and
     ``paths.prepared`` (``data_dir`` holds ``{task}/train.jsonl`` and ``{task}/val.jsonl``).
     """
 
@@ -101,6 +102,7 @@ class TrainConfig:
     num_threads: int | None
     report_to: str
     include_negatives: bool
+    group_by_length: bool
     seed: int
     data_dir: str
 
@@ -244,6 +246,7 @@ def training_arguments(config: TrainConfig, plan: dict[str, int], checkpoint_dir
         max_steps=config.max_steps,
         per_device_train_batch_size=config.train_batch_size,
         per_device_eval_batch_size=config.eval_batch_size,
+        group_by_length=config.group_by_length,
         eval_strategy="steps",
         eval_steps=plan["eval_steps"],
         save_strategy="steps",
@@ -472,7 +475,18 @@ def _train(
     if tracked:
         callbacks.append(mlflow_metrics_callback())
     arguments = training_arguments(config, plan, checkpoints, run_name)
-    trainer = Trainer(
+
+    class InOrderEvaluation(Trainer):
+        """``group_by_length`` also reorders evaluation batches in transformers 4.57, but
+        ``compute_metrics`` maps predictions back to the validation sentences in their order
+        (reordered, every F1 reads 0.0): evaluation stays sequential."""
+
+        def _get_eval_sampler(self, eval_dataset):
+            from torch.utils.data import SequentialSampler
+
+            return SequentialSampler(eval_dataset)
+
+    trainer = InOrderEvaluation(
         model=model,
         args=arguments,
         train_dataset=_SentenceDataset(train_set),
