@@ -40,3 +40,15 @@ def test_the_default_profile_is_a_study_and_the_paper_profile_the_studys_conditi
         paper["models"]
     )
     assert paper["limit"] is None and paper["derive_limit"] is None and paper["experiment"] == "study_condition"
+
+
+@pytest.mark.parametrize("path", PROFILES, ids=[p.stem for p in PROFILES])
+def test_the_abductive_allowance_is_the_reasoning_budget_of_the_models_that_set_one(path: Path):
+    """A model file that bounds its reasoning list (``list_token_budgets.reasoning_steps``) gets
+    exactly that many tokens added to its abductive answers: one number, said twice."""
+    sweep = _sweep(path)
+    for model in sweep["models"]:
+        options = yaml.safe_load((ROOT / f"conf/model/{model}.yaml").read_text()).get("options") or {}
+        budget = (options.get("list_token_budgets") or {}).get("reasoning_steps")
+        if budget is not None:
+            assert sweep["max_tokens_reasoning"] == budget, (path.stem, model)

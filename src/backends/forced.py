@@ -20,6 +20,8 @@ import json
 import re
 from collections.abc import Mapping
 
+from src.backends.gguf_files import JsonValueEnd
+
 _KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -37,8 +39,9 @@ def object_keys(schema: str | None) -> list[str] | None:
     return keys
 
 
-class SchemaCursor:
-    """Where the answer being written stands within its top-level object.
+class SchemaCursor(JsonValueEnd):
+    """Where the answer being written stands within its top-level object (the JSON scan of
+    :class:`~src.backends.gguf_files.JsonValueEnd`, read through its hooks).
 
     Args:
         keys: the object's keys in writing order (:func:`object_keys`).
@@ -47,16 +50,18 @@ class SchemaCursor:
     """
 
     def __init__(self, keys: list[str], budgets: Mapping[str, int] | None = None, prefill: bool = True) -> None:
+        super().__init__()
         self.keys = keys
         self.budgets = dict(budgets or {})
         self.prefill = prefill
-        self._depth = 0
-        self._in_string = False
-        self._escaped = False
         self._closed_values = 0  # values of the top-level object that have closed
         self._since_anchor = ""  # text written since the answer began or a value closed
         self._after_comma = False  # inside a list, after a comma (an item must follow)
         self._value_tokens = 0  # tokens spent inside the current value
+
+    @property
+    def _depth(self) -> int:
+        return len(self._stack)
 
     @property
     def complete_but_closing(self) -> bool:
@@ -64,12 +69,17 @@ class SchemaCursor:
         the caller ends the answer with ``}`` instead of decoding it."""
         return self.prefill and self._depth == 1 and not self._in_string and self._closed_values == len(self.keys)
 
-    def feed(self, text: str, tokens: int = 1) -> None:
-        """Read text the answer now holds (``tokens`` tokens of it)."""
+    def feed(self, text: str, tokens: int = 1) -> bool:
+        """Read text the answer now holds (``tokens`` tokens of it); True once the object closed."""
         if self._depth >= 2:
             self._value_tokens += tokens
         for char in text:
-            self._step(char)
+            if self._depth <= 1:  # between values: the brace, keys, colons and commas
+                self._since_anchor += char
+            if self._step(char, self._consumed):
+                return True
+            self._consumed += 1
+        return False
 
     def forced(self) -> str:
         """The text the schema fixes from here (empty when the model must choose)."""
@@ -93,28 +103,19 @@ class SchemaCursor:
             return '"]'
         return "" if self._after_comma else "]"  # after a comma the next item opens first
 
-    def _step(self, char: str) -> None:
-        if self._depth <= 1:  # between values: the brace, keys, colons and commas
-            self._since_anchor += char
-        if self._in_string:
-            if self._escaped:
-                self._escaped = False
-            elif char == "\\":
-                self._escaped = True
-            elif char == '"':
-                self._in_string = False
-            return
-        if char == '"':
-            self._in_string = True
-            self._after_comma = False
-        elif char in "[{":
-            self._depth += 1
-            if self._depth == 2:
-                self._value_tokens = 0
-        elif char in "]}":
-            self._depth -= 1
-            if self._depth == 1:
-                self._closed_values += 1
-                self._since_anchor = ""
-        elif char == ",":
-            self._after_comma = self._depth >= 2
+    # the scan's hooks
+    def _open(self, bracket: str) -> None:
+        super()._open(bracket)
+        if self._depth == 2:
+            self._value_tokens = 0
+
+    def _closing(self) -> None:
+        if self._depth == 2:  # a value of the top-level object closes
+            self._closed_values += 1
+            self._since_anchor = ""
+
+    def _comma(self) -> None:
+        self._after_comma = self._depth >= 2
+
+    def _string_opened(self) -> None:
+        self._after_comma = False

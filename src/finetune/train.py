@@ -269,6 +269,38 @@ def training_arguments(config: TrainConfig, plan: dict[str, int], checkpoint_dir
     )
 
 
+#: Length grouping sorts windows of this many batches (transformers' default, 50, sorts 800
+#: sentences at once: the short target-free ones then train in batches of their own).
+LENGTH_GROUP_BATCHES = 4
+
+
+def in_order_trainer_class() -> type:
+    """The Trainer with evaluation batches in the validation set's order: ``group_by_length``
+    also reorders evaluation in transformers 4.57, but :func:`make_compute_metrics` maps the
+    predictions back to the validation sentences by position (reordered, every F1 read 0.0)."""
+    from torch.utils.data import SequentialSampler
+    from transformers import Trainer
+    from transformers.trainer_pt_utils import LengthGroupedSampler, get_length_grouped_indices
+
+    class WindowedLengthGroups(LengthGroupedSampler):
+        def __iter__(self):
+            grouped = get_length_grouped_indices(self.lengths, self.batch_size, LENGTH_GROUP_BATCHES, self.generator)
+            return iter(grouped)
+
+    class InOrderEvaluation(Trainer):
+        def _get_eval_sampler(self, eval_dataset):
+            return SequentialSampler(eval_dataset)
+
+        def _get_train_sampler(self, train_dataset=None):
+            if not self.args.group_by_length:
+                return super()._get_train_sampler(train_dataset)
+            dataset = train_dataset if train_dataset is not None else self.train_dataset
+            lengths = [len(dataset[i]["input_ids"]) for i in range(len(dataset))]
+            return WindowedLengthGroups(self.args.train_batch_size, lengths=lengths)
+
+    return InOrderEvaluation
+
+
 def mlflow_metrics_callback() -> Any:
     """A TrainerCallback that logs every Trainer log (loss, learning rate, eval_*) into the active MLflow run."""
     from transformers import TrainerCallback
@@ -444,7 +476,7 @@ def _train(
 ) -> dict[str, Any]:
     """The training itself: encode the (train, validation) ``splits``, run the Trainer, save the
     best model and the summary."""
-    from transformers import DataCollatorForTokenClassification, EarlyStoppingCallback, Trainer, TrainerCallback
+    from transformers import DataCollatorForTokenClassification, EarlyStoppingCallback, TrainerCallback
 
     if config.num_threads is not None:
         import torch
@@ -476,17 +508,7 @@ def _train(
         callbacks.append(mlflow_metrics_callback())
     arguments = training_arguments(config, plan, checkpoints, run_name)
 
-    class InOrderEvaluation(Trainer):
-        """``group_by_length`` also reorders evaluation batches in transformers 4.57, but
-        ``compute_metrics`` maps predictions back to the validation sentences in their order
-        (reordered, every F1 reads 0.0): evaluation stays sequential."""
-
-        def _get_eval_sampler(self, eval_dataset):
-            from torch.utils.data import SequentialSampler
-
-            return SequentialSampler(eval_dataset)
-
-    trainer = InOrderEvaluation(
+    trainer = in_order_trainer_class()(
         model=model,
         args=arguments,
         train_dataset=_SentenceDataset(train_set),

@@ -361,3 +361,58 @@ def test_stopping_at_a_repeated_span_gives_the_cut_of_the_free_answer_with_fewer
         else:
             assert stopped.finish_reason == unstopped.finish_reason
     assert cut_count >= 3, [r.text for r in free_results]
+
+
+@pytest.mark.slow
+def test_prefilled_schema_text_and_the_reasoning_budget_on_the_real_model(embedded):
+    """The embedded model's condition with the text its schemas fix prefilled and a reasoning
+    budget: every answer is complete JSON (the grammar accepted every forced token), the
+    reasoning stays within its budget, answers repeat exactly, arrays are left alone."""
+    from src.prompts import PromptOptions, build_request_parts
+
+    options = PromptOptions(
+        "compact", "completion", constrained=True, spans_from_input=True, stop_at_repeated_span=True
+    )
+    requests = []
+    for name in ("A", "A+D", "D"):
+        strategy = get_strategy(name)
+        for task in ("timex", "eventx", "comp"):
+            for text in LOOP_PRONE_TEXTS[:2]:
+                parts = build_request_parts(strategy, task, text, (), options)
+                requests.append(
+                    ChatRequest(
+                        parts.messages,
+                        max_tokens=64 + (12 if strategy.abductive else 0),
+                        response_schema=parts.response_schema,
+                        completion=True,
+                        stop_at_repeat=parts.stop_at_repeat,
+                    )
+                )
+    budget = 12
+    forced = create_backend(
+        "llamacpp",
+        model_id="smollm2-135m-gguf",
+        n_ctx=2048,
+        workers=1,
+        prefill_schema_text=True,
+        list_token_budgets={"reasoning_steps": budget},
+    )
+    assert forced.cache_identity()["prefill_schema_text"] is True
+    assert forced.cache_identity()["list_token_budgets"] == {"reasoning_steps": budget}
+    answers = forced.generate(requests)
+    plain = embedded.generate(requests)
+    assert all(a.ok for a in answers)
+    assert sum(a.finish_reason == "stop" for a in answers) >= 0.75 * len(answers)
+    for request, answer, unforced in zip(requests, answers, plain):
+        if answer.finish_reason != "stop":  # cut by the budget: not complete JSON
+            continue
+        value = json.loads(answer.text)
+        if isinstance(value, list):  # array answers have nothing to force: the same as without
+            assert answer.text == unforced.text
+            continue
+        assert list(value) == json.loads(request.response_schema)["required"]
+        steps = value.get("reasoning_steps", [])
+        spent = len(forced._llm.tokenize(json.dumps(steps).encode(), add_bos=False, special=False))
+        assert spent <= budget + 3, steps  # the opening bracket, the closing quote and bracket
+    assert sum(a.usage["completion_tokens"] for a in answers) < sum(a.usage["completion_tokens"] for a in plain)
+    assert [a.text for a in forced.generate(requests)] == [a.text for a in answers]

@@ -73,6 +73,7 @@ def victim_checkpoint(tmp_path_factory):
         seed=0,
         full_determinism=False,
         report_to="none",
+        group_by_length=False,  # random batches: the weak victim these attacks were written against
     )
     try:  # newer TrainConfig: every field comes from params.yaml, these override it
         from src.finetune.train import load_config
@@ -125,6 +126,24 @@ def test_real_victim_attack_changes_predictions(victim_checkpoint, tmp_path):
     assert stats["instances"] == 8 and stats["task"] == "timex" and stats["attacks"] == ["word", "char"]
     assert stats["instances_changed"] >= len(changed)
     assert 0.0 <= stats["success_rate"] <= 1.0 and stats["perturbation_rate"] > 0
+
+
+def test_records_do_not_depend_on_the_number_of_worker_processes(victim_checkpoint, tmp_path):
+    """Every record is seeded on its own and every worker computes on one thread: two worker
+    processes give the records and tallies of one."""
+    base = synthetic(6, 4)
+    write_records(tmp_path / "base.jsonl", base)
+    runs = {}
+    for workers in (1, 2):
+        out, stats = tmp_path / f"adv{workers}.jsonl", tmp_path / f"stats{workers}.json"
+        _attack_timex(
+            tmp_path / "base.jsonl", victim_checkpoint, out, stats, 7, 60, "word_share", "--workers", str(workers)
+        )
+        runs[workers] = (out.read_text(), json.loads(stats.read_text()))
+    assert runs[1][0] == runs[2][0]
+    assert runs[2][1]["workers"] == 2
+    for key in ("succeeded", "failed", "per_attack", "grammar_rejections", "mean_queries", "victim_f1_adv"):
+        assert runs[1][1][key] == runs[2][1][key], key
 
 
 def test_word_attack_swaps_synonyms_and_keeps_spans():

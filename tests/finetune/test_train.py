@@ -375,3 +375,34 @@ def test_an_interrupted_training_closes_its_run_as_killed(tmp_path, monkeypatch)
     [run] = client.search_runs([client.get_experiment_by_name("interrupted").experiment_id])
     assert run.info.status == "KILLED" and run.data.tags["kind"] == "training"
     assert mlflow.active_run() is None
+
+
+def test_length_grouped_training_evaluates_in_the_validation_order(tmp_path, tiny_checkpoint):
+    """With ``group_by_length`` transformers 4.57 reorders evaluation batches too, and the F1 of
+    :func:`make_compute_metrics` (gold tags by position) read 0.0 on every real run; evaluation
+    must see the validation sentences in their order."""
+    from transformers import AutoModelForTokenClassification, AutoTokenizer, DataCollatorForTokenClassification, Trainer
+
+    from src.finetune.train import _SentenceDataset, encode_records, in_order_trainer_class, training_arguments
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_checkpoint)
+    encoded = encode_records(make_records(40, seed=3), "TIMEX", tokenizer, 24)
+    lengths = [len(sentence.features["input_ids"]) for sentence in encoded]
+    assert len(set(lengths)) > 3, "the check needs sentences of different lengths"
+    config = train_config(group_by_length=True, eval_batch_size=4)
+    plan = schedule(config, len(encoded))
+
+    def evaluation_order(trainer_class) -> list[int]:
+        trainer = trainer_class(
+            model=AutoModelForTokenClassification.from_pretrained(tiny_checkpoint),
+            args=training_arguments(config, plan, tmp_path / trainer_class.__name__, "order"),
+            train_dataset=_SentenceDataset(encoded),
+            eval_dataset=_SentenceDataset(encoded),
+            data_collator=DataCollatorForTokenClassification(tokenizer, label_pad_token_id=-100),
+            processing_class=tokenizer,
+        )
+        batches = trainer.get_eval_dataloader()
+        return [int(row.sum()) for batch in batches for row in batch["attention_mask"]]
+
+    assert evaluation_order(Trainer) != lengths  # what the plain Trainer does with group_by_length
+    assert evaluation_order(in_order_trainer_class()) == lengths
