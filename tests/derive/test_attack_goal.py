@@ -136,3 +136,28 @@ def test_bad_criterion_or_threshold_is_refused():
         goal("all_words")
     with pytest.raises(ValueError, match="threshold"):
         goal("span_share", threshold=0.0)
+
+
+@pytest.mark.parametrize("goal_class", ["GoldLabelGoal", "MislabelGoldWords"])
+def test_textattack_knows_the_goals_fit_the_project_victim(goal_class):
+    """TextAttack warned twice per attack that it had no entry for these goals (noise in every
+    `adv` stage); the project's victim is now their registered model class."""
+    import logging
+
+    from textattack.shared.utils import logger as textattack_logger
+    from textattack.shared.validators import validate_model_goal_function_compatibility
+
+    from src.derive import attack_goal
+    from src.finetune.predict import TokenClassifier
+
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler(level=logging.DEBUG)
+    handler.emit = records.append
+    textattack_logger.addHandler(handler)
+    try:
+        validate_model_goal_function_compatibility(getattr(attack_goal, goal_class), TokenClassifier)
+        validate_model_goal_function_compatibility(getattr(attack_goal, goal_class), NoModel)
+    finally:
+        textattack_logger.removeHandler(handler)
+    warnings = [r.getMessage() for r in records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and "NoModel" in warnings[0]  # an unknown victim still warns
