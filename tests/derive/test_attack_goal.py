@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import pytest
 
@@ -10,11 +12,13 @@ from src.derive import attack_env  # noqa: F401  (NLTK data path, before textatt
 from src.derive.attack_goal import (  # noqa: E402
     SUCCESS_CRITERIA,
     GoldLabelGoal,
+    MislabelGoldWords,
     gold_ranges,
     predicted_exactly,
 )
 from src.derive.attack_gold import GoldTracker  # noqa: E402
 from src.derive.attack_victim import VictimModel, WordProbs  # noqa: E402
+from src.finetune.predict import TokenClassifier  # noqa: E402
 
 LABELS = ["O", "B-E", "I-E"]
 TEXT = "The firm announced profits and took over the rival yesterday ."
@@ -138,25 +142,20 @@ def test_bad_criterion_or_threshold_is_refused():
         goal("span_share", threshold=0.0)
 
 
-@pytest.mark.parametrize("goal_class", ["GoldLabelGoal", "MislabelGoldWords"])
+@pytest.mark.parametrize("goal_class", [GoldLabelGoal, MislabelGoldWords])
 def test_textattack_knows_the_goals_fit_the_project_victim(goal_class):
     """TextAttack warned twice per attack that it had no entry for these goals (noise in every
     `adv` stage); the project's victim is now their registered model class."""
-    import logging
-
     from textattack.shared.utils import logger as textattack_logger
     from textattack.shared.validators import validate_model_goal_function_compatibility
-
-    from src.derive import attack_goal
-    from src.finetune.predict import TokenClassifier
 
     records: list[logging.LogRecord] = []
     handler = logging.Handler(level=logging.DEBUG)
     handler.emit = records.append
     textattack_logger.addHandler(handler)
     try:
-        validate_model_goal_function_compatibility(getattr(attack_goal, goal_class), TokenClassifier)
-        validate_model_goal_function_compatibility(getattr(attack_goal, goal_class), NoModel)
+        validate_model_goal_function_compatibility(goal_class, TokenClassifier)
+        validate_model_goal_function_compatibility(goal_class, NoModel)
     finally:
         textattack_logger.removeHandler(handler)
     warnings = [r.getMessage() for r in records if r.levelno >= logging.WARNING]
