@@ -39,7 +39,7 @@ class ServerProcess:
     def __init__(self, latency_s: float) -> None:
         self.latency_s = latency_s
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "tests.backends.fake_openai_server", "--latency", str(latency_s)],
+            [sys.executable, "-m", "tests.helpers.openai_server", "--latency", str(latency_s)],
             cwd=PROJECT_ROOT,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,

@@ -2,7 +2,7 @@
 
 The request set is every strategy (I, D, A, D+I, A+I, A+D, A+D+I) x task (timex, eventx, comp)
 x a few base sentences and ``len`` documents, built by ``src.run.PromptedSystem`` from the
-config the default profile composes (``conf/profiles/default.yaml``: the embedded model under
+config the default profile composes (the committed ``sweep.yaml``: the embedded model under
 its own condition, completion prompts, answers constrained to JSON with spans drawn from the
 input, the profile's token budgets, documents of at most its ``max_input_words``). Three ways
 of answering it, in one process, on the embedded SmolLM2-135M GGUF, each engine given the
@@ -62,7 +62,7 @@ from src.run import (  # noqa: E402
 from src.scoring.runner import DatasetPlan  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "llamacpp.json"
-PROFILE = ROOT / "conf" / "profiles" / "default.yaml"
+PROFILE = ROOT / "sweep.yaml"  # the default profile (another one after `cp conf/profiles/NAME.yaml sweep.yaml`)
 TASKS = ("timex", "eventx", "comp")
 
 
@@ -72,11 +72,10 @@ def profile_config(strategy: str):
     overrides = [
         f"model={sweep['models'][0]}",
         f"strategy={strategy}",
-        f"experiment={sweep['experiment']}",
+        f"condition={sweep['condition']}",
         f"max_input_words={sweep['max_input_words']}",
         f"generation.max_tokens={sweep['max_tokens']}",
         f"generation.max_tokens_document={sweep['max_tokens_document']}",
-        f"generation.max_tokens_reasoning={sweep['max_tokens_reasoning']}",
     ]
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         return compose(config_name="config", overrides=overrides)

@@ -2,7 +2,8 @@
 
 ``python scripts/stage_deps.py`` (from the project root) keeps each stage's data, config and
 model deps and replaces its ``src/...`` deps with the import closure of the ``python -m``
-module it runs (the rule ``tests/test_dvc_graph.py`` checks). Run it after changing imports.
+module it runs (:mod:`scripts.import_closure`, the rule ``tests/test_dvc_graph.py`` checks).
+Run it after changing imports or dvc.yaml.
 """
 
 from __future__ import annotations
@@ -14,15 +15,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.test_dvc_graph import DYNAMIC_PACKAGES, closure  # noqa: E402
-
-
-def code_deps(module: str) -> list[str]:
-    needed = {p.relative_to(ROOT).as_posix() for p in closure(module)}
-    for package in DYNAMIC_PACKAGES:
-        if any(p.startswith(package + "/") for p in needed):
-            needed = {p for p in needed if not p.startswith(package + "/")} | {package}
-    return sorted(needed)
+from scripts.import_closure import code_deps  # noqa: E402
 
 
 def rewrite(text: str) -> str:
@@ -54,6 +47,9 @@ def rewrite(text: str) -> str:
 
 
 if __name__ == "__main__":
+    import argparse
+
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
     path = ROOT / "dvc.yaml"
     path.write_text(rewrite(path.read_text(encoding="utf-8")), encoding="utf-8")
     print(f"{path}: code deps rewritten")

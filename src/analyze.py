@@ -22,22 +22,16 @@ from pathlib import Path
 
 import yaml
 
-from src.report import figures, plots, rq, writer
+from src.report import figures, plots, rq, tables, writer
 from src.report.analysis import Analysis, analysis_summary, run_analysis
 from src.report.figures import read_top_gold
-from src.report.loading import load_study
-from src.tracking import PROJECT_ROOT, tracking_uri
+from src.report.loading import load_results
+from src.tracking import PROJECT_ROOT, default_experiment, tracking_uri
 
 log = logging.getLogger("src.analyze")
 
 CONF_DIR = PROJECT_ROOT / "conf"
 __all__ = ["Analysis", "analysis_summary", "main", "run_analysis", "write_outputs"]
-
-
-def default_experiment() -> str:
-    """The experiment the runs log to, as ``conf/config.yaml`` names it."""
-    config = yaml.safe_load((CONF_DIR / "config.yaml").read_text(encoding="utf-8"))
-    return str(config["mlflow"]["experiment"])
 
 
 def default_seed() -> int:
@@ -50,10 +44,10 @@ def write_outputs(analysis: Analysis, out: Path) -> dict[str, Path]:
     """Tables, figures, the report (markdown + HTML) and ``analysis.json`` under ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    tables = writer.write_tables(analysis, out / "tables")
+    written = tables.write_tables(analysis, out / "tables")
     drawn = figures.draw_all(analysis, out / "figures")
     analysis.timings["figures_s"] = time.perf_counter() - started
-    report = writer.write_report(analysis, drawn, tables, out)
+    report = writer.write_report(analysis, drawn, written, out)
     plots.write_plots(analysis, out / "plots")
     summary = out / "analysis.json"
     summary.write_text(json.dumps(analysis_summary(analysis), indent=2, sort_keys=True) + "\n", encoding="utf-8")
@@ -62,7 +56,6 @@ def write_outputs(analysis: Analysis, out: Path) -> dict[str, Path]:
 
 def sweep_summaries(path: Path) -> list[str]:
     """The summary files (relative to the summaries folder) of a sweep's configurations."""
-    import yaml
 
     sweep = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("sweep") or {}
     prompted = [f"runs/{m}-{s}.json" for m in sweep.get("models") or [] for s in sweep.get("strategies") or []]
@@ -122,14 +115,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.perf_counter()
     try:
         expected = sweep_summaries(args.sweep) if args.sweep else None
-        study = load_study(args.experiment or default_experiment(), uri, args.summaries, expected)
+        results = load_results(args.experiment or default_experiment(), uri, args.summaries, expected)
     except ValueError as error:
         message = " ".join(str(error).split())  # one line, whatever the store's message held
         print(f"error: {message}", file=sys.stderr)
         return 2
     loaded = time.perf_counter() - started
     analysis = run_analysis(
-        study, args.resamples, default_seed() if args.seed is None else args.seed, args.alpha, args.correction
+        results, args.resamples, default_seed() if args.seed is None else args.seed, args.alpha, args.correction
     )
     analysis.timings["load_s"] = loaded
     analysis.top_gold = read_top_gold(stats_json)

@@ -16,9 +16,10 @@ from typing import Any
 
 from src.cli import OneLineArgumentParser, add_bootstrap_options, print_json_report
 from src.data.schema import DataError
-from src.scoring.metrics import METRICS, score_pairs
+from src.scoring.metrics import score_pairs
 from src.scoring.predictions import pair_predictions, read_gold, read_predictions
 from src.scoring.stats import paired_bootstrap
+from src.study import METRICS
 
 
 def compare_files(

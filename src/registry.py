@@ -8,7 +8,7 @@ from typing import TypeVar
 Value = TypeVar("Value")
 
 
-def lookup(table: Mapping[str, Value], key: str, what: str) -> Value:
+def registry_entry(table: Mapping[str, Value], key: str, what: str) -> Value:
     """``table[key]``, or a one-line ValueError naming ``what`` and listing the known keys."""
     try:
         return table[key]

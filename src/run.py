@@ -5,13 +5,20 @@ every override before anything starts, generates through the response cache, par
 hands the outputs to the one evaluation runner (:mod:`src.scoring.runner`), which logs
 the MLflow run ``{model}-{strategy}``. Requests that still fail after their retries are
 listed with their real causes and the process exits 1; a re-run sends only what is
-missing. A bad override is one line on stderr and exit code 2.
+missing. A bad override, value or tracking store is one line on stderr and exit code 2, before
+any request (:mod:`src.run_checks`, :mod:`src.store_health`). Ctrl-C or SIGTERM ends the run
+FAILED with one line (``interrupted: N of M answers cached; ...``) and exit code 130 / 143; a
+store that fails mid-run marks the run FAILED after a bounded wait, exit code 1. The run ends
+with its verdict: F1 per dataset and a warning naming the datasets whose answers are not to
+trust (:mod:`src.verdict`).
 """
 
 from __future__ import annotations
 
 import logging
+import signal
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +33,16 @@ from src.data.text import words
 from src.params import register_resolver
 from src.prompts import PromptOptions, Strategy, build_request_parts, select_exemplars, strategy_from_config
 from src.prompts.answer_schema import ANSWER_FORMATS, PROMPT_FORMS
+from src.run_checks import (
+    ConfigError,
+    check_backend_options,
+    check_rate,
+    check_seconds,
+    check_seed,
+    name_list,
+    positive_count,
+    unknown_choice_error,
+)
 from src.scoring.evaluate import InstanceOutput
 from src.scoring.runner import (
     DatasetPlan,
@@ -36,16 +53,48 @@ from src.scoring.runner import (
     report_failures,
     write_summary,
 )
+from src.store_health import (
+    StoreUnusable,
+    check_store,
+    close_own_runs,
+    fault_summary,
+    is_store_fault,
+    quiet_store_tracebacks,
+    shown,
+)
 from src.tracking import StoreError, config_secrets, data_version, git_commit, log_json_artifact, redact
+from src.tracking import tracking_uri as resolve_tracking_uri
+from src.verdict import run_verdict
 
 log = logging.getLogger("src.run")
 register_resolver()
 
 TRAIN_SPLIT = "train"
+EXIT_INTERRUPTED = 128 + signal.SIGINT  # 130, what a shell reports for Ctrl-C
+EXIT_TERMINATED = 128 + signal.SIGTERM  # 143
+DEFAULT_LOCK_WAIT_S = 30.0
 
 
-class ConfigError(ValueError):
-    """An override or config value that cannot run; reported as one line, exit code 2."""
+class SignalState:
+    """Whether the stop came from SIGTERM (delivered as Ctrl-C, see :func:`forward_sigterm`)."""
+
+    terminated = False
+
+
+def stop_code() -> int:
+    return EXIT_TERMINATED if SignalState.terminated else EXIT_INTERRUPTED
+
+
+class StoreFailedMidRun(RuntimeError):
+    """The tracking store failed while the run was open; the message is one line, exit code 1."""
+
+
+class Interrupted(RuntimeError):
+    """Ctrl-C or SIGTERM during the run: the one line to print and the exit code."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 def dataset_file(cfg: DictConfig, task: str, dataset: str) -> Path:
@@ -62,7 +111,8 @@ def checked_count(cfg: DictConfig, key: str) -> int | None:
 
 
 def checked_limit(cfg: DictConfig) -> int | None:
-    return checked_count(cfg, "limit")
+    """``limit``: a positive integer or null (0 would score nothing)."""
+    return positive_count(cfg, "limit")
 
 
 def planned_records(path: Path, limit: int | None, seed: int, max_words: int | None) -> list[Record]:
@@ -80,13 +130,14 @@ def planned_records(path: Path, limit: int | None, seed: int, max_words: int | N
 
 def planned_datasets(cfg: DictConfig) -> list[tuple[str, str, Path]]:
     """(task, dataset, file) for every task of ``cfg.tasks`` and dataset of the dimension."""
-    wanted = None if cfg.datasets is None else [str(d) for d in cfg.datasets]
+    wanted = name_list(cfg, "datasets")
+    tasks = name_list(cfg, "tasks") or []
     if wanted is not None:
         unknown = [d for d in wanted if d not in study.DATASETS]
         if unknown:
             raise ConfigError(f"datasets: unknown {unknown}; the study's datasets are {list(study.DATASET_ORDER)}")
     plan = []
-    for task in cfg.tasks:
+    for task in tasks:
         if task not in study.TASKS or task not in cfg.dimension.datasets:
             raise ConfigError(f"tasks: unknown task {task!r}; the study's tasks are {list(study.TASK_ORDER)}")
         for dataset in cfg.dimension.datasets[task]:
@@ -132,10 +183,14 @@ def check_config(cfg: DictConfig) -> tuple[Strategy, PromptOptions, list[tuple[s
     """Every override that could fail later, checked before a backend or a run is opened."""
     checked_limit(cfg)
     checked_count(cfg, "max_input_words")
+    for key in ("seed", "generation.seed", "scoring.bootstrap_seed"):
+        check_seed(OmegaConf.select(cfg, key), key)
+    positive_count(cfg, "generation.max_tokens")
+    positive_count(cfg, "generation.max_tokens_document")
+    check_rate(cfg.get("warn_rate"), "warn_rate")
+    check_seconds(OmegaConf.select(cfg, "mlflow.lock_wait_s", default=DEFAULT_LOCK_WAIT_S), "mlflow.lock_wait_s")
     try:
         strategy = strategy_from_config(cfg.strategy)
-        optional_int(cfg.generation.max_tokens)
-        optional_int(cfg.generation.get("max_tokens_document"))
         optional_int(cfg.generation.get("max_tokens_reasoning"))
     except ValueError as error:
         raise ConfigError(str(error)) from None
@@ -145,14 +200,31 @@ def check_config(cfg: DictConfig) -> tuple[Strategy, PromptOptions, list[tuple[s
     resamples = cfg.scoring.bootstrap_resamples
     if isinstance(resamples, bool) or not isinstance(resamples, int) or not 1 <= resamples <= 1_000_000:
         raise ConfigError(f"scoring.bootstrap_resamples: expected an integer in [1, 1000000], got {resamples!r}")
-    variants = list(cfg.scoring.get("variants") or [])
+    variants = name_list(cfg, "scoring.variants") or []
     if variants:
         from src.scoring.variants import VARIANTS
 
         unknown = [v for v in variants if v not in VARIANTS]
         if unknown:
             raise ConfigError(f"scoring.variants: unknown {unknown}; choose from {list(VARIANTS)}")
+    options = OmegaConf.to_container(cfg.model.get("options") or {}, resolve=True)
+    check_backend_options(str(cfg.model.backend), options)
     return strategy, prompt_options(cfg), planned_datasets(cfg)
+
+
+def check_tracking_store(cfg: DictConfig) -> str:
+    """The tracking URI, once the store is known to be usable (not corrupt, not locked)."""
+    uri = resolve_tracking_uri(cfg.mlflow.tracking_uri)
+    try:
+        check_store(uri, lock_wait_s(cfg))
+    except StoreUnusable as error:
+        raise StoreError(str(error)) from None
+    return uri
+
+
+def lock_wait_s(cfg: DictConfig) -> float:
+    """How long a locked store is waited for: before the run, and to mark it FAILED mid-run."""
+    return float(OmegaConf.select(cfg, "mlflow.lock_wait_s", default=DEFAULT_LOCK_WAIT_S))
 
 
 def build_backend(cfg: DictConfig):
@@ -194,6 +266,8 @@ class PromptedSystem:
         self.options = options
         self._exemplars: dict[str, list[Record]] = {}
         self._prepared: dict[tuple[str, str], list] = {}
+        self._served_models: set[str] = set()  # issue 29 hook: the models the provider named
+        self.answer_rates: dict[str, dict[str, float]] = {}  # task/dataset -> empty / mismatch shares
 
     def exemplars(self, task: str) -> list[Record]:
         if task not in self._exemplars:
@@ -249,6 +323,12 @@ class PromptedSystem:
             "latency_s": float(sum(r.latency_s for r in results)),
         }
         failures = {r.request.request_id: (r.error or "no answer") for r in results if r.text is None}
+        # --- issue 29 hook (backend helper): empty answers and the served model, per dataset ---
+        from src.answer_record import log_answer_record
+
+        rates = log_answer_record(plan.task, plan.dataset, results, self.backend.model_id, self._served_models)
+        self.answer_rates[f"{plan.task}/{plan.dataset}"] = rates
+        # --- end of issue 29 hook ---
         if failures:
             return SystemOutput(None, failures, usage)
         outputs = []
@@ -313,6 +393,7 @@ def run_record(
 def run(cfg: DictConfig) -> int:
     """Run the configuration; returns the process exit code (1 when requests failed)."""
     strategy, options, files = check_config(cfg)
+    store_uri = check_tracking_store(cfg)
     secrets = config_secrets(OmegaConf.to_container(cfg, resolve=True))
     try:  # fails here, before any run is opened, e.g. on a missing API key or llama.cpp build
         backend = build_backend(cfg)
@@ -341,26 +422,107 @@ def run(cfg: DictConfig) -> int:
         bool(cfg.scoring.lowercase),
         tuple(cfg.scoring.get("variants") or ()),
     )
-    outcome = evaluate_configuration(
-        record, plans, system, scoring, str(cfg.mlflow.experiment), cfg.mlflow.tracking_uri, secrets, log_config
-    )
+    quiet_store_tracebacks()
+    opened_ms = int(time.time() * 1000) - 1000  # a run this process opens starts after this
+    try:
+        outcome = evaluate_configuration(
+            record, plans, system, scoring, str(cfg.mlflow.experiment), cfg.mlflow.tracking_uri, secrets, log_config
+        )
+    except StoreError:
+        raise  # the store refused before the run opened: exit 2, nothing sent
+    except KeyboardInterrupt:
+        cached, total = answers_cached(system, plans)
+        line = f"interrupted: {cached} of {total} answers cached; the same command resumes"
+        raise Interrupted(line, stop_code()) from None
+    except Exception as error:
+        if not is_store_fault(error):
+            raise
+        raise StoreFailedMidRun(store_fault_line(cfg, store_uri, record.run_name, opened_ms, error)) from None
     if cfg.get("summary"):
         write_summary(Path(cfg.summary), record, outcome)
     for line in report_failures(outcome):
         log.error("%s (re-run the same command to complete them from the cache)", line)
+    summary, warnings = run_verdict(outcome, system.answer_rates, check_rate(cfg.get("warn_rate"), "warn_rate"))
+    for line in summary:
+        log.info("%s", line)
+    for line in warnings:
+        log.warning("%s", line)
     return 0 if outcome.complete else 1
+
+
+def answers_cached(system: PromptedSystem, plans: list[DatasetPlan]) -> tuple[int, int]:
+    """(answers of the run now in the response cache, answers the run needs)."""
+    from src.backends.cache import cache_key
+
+    requests = [request for plan in plans for request in system.requests(plan)]
+    backend = system.backend
+    cached = sum(backend.cache.path(cache_key(backend.key_fields(request))).is_file() for request in requests)
+    return cached, len(requests)
+
+
+def store_fault_line(cfg: DictConfig, uri: str, run_name: str, opened_ms: int, error: BaseException) -> str:
+    """Mark this process's run FAILED (waiting a bounded time for the store) and say what happened."""
+    wait = lock_wait_s(cfg)
+    what = f"tracking store {shown(uri)} failed during the run ({fault_summary(error)})"
+    try:
+        close_own_runs(uri, str(cfg.mlflow.experiment), run_name, opened_ms, wait)
+    except Exception:  # noqa: BLE001 - still failing after the wait: the next run closes it as stale
+        return (
+            f"{what}; the run could not be marked FAILED within {wait:g} s (the next run of this configuration "
+            "closes it): rerun the same command when the store is free"
+        )
+    return (
+        f"{what}; the run is marked FAILED and answers so far are cached: rerun the same command when the store is free"
+    )
+
+
+#: Config groups renamed, so that an old override fails with the new name, not Hydra's "no match".
+RENAMED_GROUPS = {"experiment": "condition"}
+
+
+def renamed_group_error(overrides: list[str]) -> str | None:
+    """The message for an override of a renamed config group (``experiment=...``), else None."""
+    for override in overrides:
+        key = override.lstrip("+~").split("=", 1)[0]
+        if key in RENAMED_GROUPS:
+            new = RENAMED_GROUPS[key]
+            return f"the {key!r} config group is now {new!r} (conf/{new}/): use {override.replace(key, new, 1)!r}"
+    return None
+
+
+def forward_sigterm(signum: int, frame: object) -> None:
+    """SIGTERM handler: stop exactly as Ctrl-C does (asyncio cancels the requests in flight, the run
+    ends FAILED, the answers so far stay cached); only the exit code tells the two apart."""
+    SignalState.terminated = True
+    if not callable(signal.getsignal(signal.SIGINT)):  # SIGINT ignored (a background job): stop here
+        raise KeyboardInterrupt
+    signal.raise_signal(signal.SIGINT)
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> None:
+    signal.signal(signal.SIGTERM, forward_sigterm)
     try:
         code = run(cfg)
     except (ConfigError, StoreError) as error:
         print(f"error: {one_line(str(error))}", file=sys.stderr)
         sys.exit(2)
+    except StoreFailedMidRun as error:
+        print(f"error: {one_line(str(error))}", file=sys.stderr)
+        sys.exit(1)
+    except Interrupted as stop:
+        print(one_line(str(stop)), file=sys.stderr)
+        sys.exit(stop.code)
+    except KeyboardInterrupt:  # outside the run's generation: before it opened, or while writing up
+        print("interrupted: the same command resumes (every answer received is cached)", file=sys.stderr)
+        sys.exit(stop_code())
     if code:
         sys.exit(code)
 
 
 if __name__ == "__main__":
+    problem = renamed_group_error(sys.argv[1:]) or unknown_choice_error(sys.argv[1:])
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        sys.exit(2)
     main()

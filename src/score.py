@@ -20,10 +20,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from src.cli import OneLineArgumentParser, add_bootstrap_options, check_resample_memory, print_json_report
-from src.scoring.metrics import METRICS, ScoreResult, score_pairs
+from src.scoring.metrics import ScoreResult, score_pairs
 from src.scoring.predictions import load_pairs
 from src.scoring.stats import bootstrap_f1, percentile_interval, resample_counts
-from src.scoring.variants import PRIMARY, VARIANTS, score_all_variants
+from src.scoring.variants import VARIANTS, score_all_variants
+from src.study import METRICS
+from src.study import PRIMARY_SCORER as PRIMARY
 
 BYTES_PER_COUNT = 16  # float64 counts, held twice while the blocks are concatenated
 

@@ -1,9 +1,11 @@
-"""The study's vocabulary: tasks and their labels, datasets and their dimensions, strategies.
+"""The study's vocabulary: tasks and their labels, splits, datasets and their dimensions,
+strategies and metric names.
 
 Every other module (data preparation, prompts, parsing, fine-tuning, the runner, the
 analysis) and the Hydra ``dimension`` configs read these facts from here; a test checks
 the configs against them. Adding a dataset is one :data:`DATASETS` entry plus its builder;
-adding a reasoning letter is one :data:`REASONING_PARTS` entry plus its template.
+adding a reasoning letter is one :data:`REASONING_PARTS` entry plus its template (its
+strategies follow: :func:`strategy_order`). ``docs/extending.md`` walks through both.
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ TASKS: dict[str, Task] = {
 }
 TASK_ORDER: tuple[str, ...] = tuple(TASKS)
 TASK_LABELS: dict[str, tuple[str, ...]] = {name: task.labels for name, task in TASKS.items()}
+#: The single-label tasks, in study order: the ones a BIO token classifier is trained for.
+TOKEN_CLASSIFIER_TASKS: tuple[str, ...] = tuple(name for name, task in TASKS.items() if task.single_label)
 
 
 @dataclass(frozen=True)
@@ -71,6 +75,18 @@ DOCUMENT_DATASETS: frozenset[str] = frozenset(name for name, d in DATASETS.items
 DERIVED_DATASETS: tuple[str, ...] = tuple(name for name, d in DATASETS.items() if d.derived)
 #: Training and validation splits (prepared, never test sets).
 SPLITS: tuple[str, ...] = ("train", "val")
+
+#: The span metrics of ``src.scoring.metrics``, each a key of a score's statistics and of a
+#: run summary's per-dataset block; the first is the primary metric.
+METRICS: tuple[str, ...] = ("lcs", "strict", "relaxed")
+#: The primary metric (the paper's word-LCS micro F1): its key in score statistics, summaries
+#: and bootstrap artifacts. Its F1 is logged without a scorer suffix (``{task}.{dataset}.f1``).
+PRIMARY_METRIC = METRICS[0]
+#: The primary metric's name in the scorer registry (``src.scoring.scorer_registry``), in
+#: ``--variant`` choices, in the ``scoring_variants`` run parameter and in report tables.
+PRIMARY_SCORER = "paper"
+#: The primary scorer's title (its ``VariantSpec.title``, a report column header).
+PRIMARY_METRIC_LABEL = "LCS F1 (paper)"
 
 
 def dataset_keys() -> list[str]:
@@ -140,8 +156,24 @@ REASONING_PARTS: tuple[ReasoningPart, ...] = (
     ReasoningPart("D", "deductive"),
     ReasoningPart("I", "inductive"),
 )
-#: The study's seven strategies, in the order tables show them.
-STRATEGY_ORDER: tuple[str, ...] = ("I", "D", "A", "D+I", "A+I", "A+D", "A+D+I")
+
+
+def strategy_order(parts: tuple[ReasoningPart, ...] = REASONING_PARTS) -> tuple[str, ...]:
+    """Every combination of the reasoning parts, in the order tables show them.
+
+    Fewer parts first; among as many parts, the combination whose letters stand later in
+    :data:`REASONING_PARTS` first (the letters as binary digits, the first letter the highest).
+    For A, D, I: ``I, D, A, D+I, A+I, A+D, A+D+I``; a new letter adds its combinations.
+    """
+    count = len(parts)
+    masks = sorted(range(1, 2**count), key=lambda mask: (bin(mask).count("1"), mask))
+    return tuple(
+        "+".join(part.letter for index, part in enumerate(parts) if mask >> (count - 1 - index) & 1) for mask in masks
+    )
+
+
+#: The study's strategies (seven: every combination of A, D and I), in the order tables show them.
+STRATEGY_ORDER: tuple[str, ...] = strategy_order()
 #: The row label of fine-tuned configurations in strategy-ordered tables.
 FINETUNED = "finetuned"
 

@@ -25,6 +25,7 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 import yaml
 from filelock import FileLock
@@ -32,10 +33,13 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
+from src.redact import redact_uris, without_userinfo
+
 logger = logging.getLogger(__name__)
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 LOCAL_STORE = PROJECT_ROOT / "mlruns"
+CONFIG_FILE = PROJECT_ROOT / "conf" / "config.yaml"
 SECRET_KEY_PATTERN = re.compile(
     r"^(.*[_-])?(api[_-]?key|token|access[_-]token|secret|password|authorization)$", re.IGNORECASE
 )
@@ -47,14 +51,43 @@ STORE_LOCK_TIMEOUT_S = 600.0
 MIN_SECRET_LENGTH = 4  # shorter "secrets" would redact ordinary words
 
 
+def default_experiment() -> str:
+    """The MLflow experiment every run logs to: ``mlflow.experiment`` of ``conf/config.yaml``,
+    its one definition (prompted runs compose it; fine-tuning, evaluation and analysis read it here)."""
+    config = yaml.safe_load(CONFIG_FILE.read_text(encoding="utf-8"))
+    return str(config["mlflow"]["experiment"])
+
+
 def tracking_uri(explicit: str | None = None) -> str:
-    """The tracking URI: explicit config, else the environment, else the local SQLite store."""
+    """The tracking URI: explicit config, else the environment, else the local SQLite store.
+
+    A server URI with a credential in it (``http://alice:TOKEN@host:5000``) comes back without
+    it, the credential moved to MLflow's own basic-auth variables (:func:`credential_out_of_uri`).
+    """
     if explicit:
-        return explicit
+        return credential_out_of_uri(explicit)
     if os.environ.get("MLFLOW_TRACKING_URI"):
-        return os.environ["MLFLOW_TRACKING_URI"]
+        return credential_out_of_uri(os.environ["MLFLOW_TRACKING_URI"])
     LOCAL_STORE.mkdir(parents=True, exist_ok=True)
     return f"sqlite:///{LOCAL_STORE / 'mlflow.db'}"
+
+
+def credential_out_of_uri(uri: str) -> str:
+    """``uri`` without its user-info; for an http(s) store the user and password go to
+    ``MLFLOW_TRACKING_USERNAME`` / ``MLFLOW_TRACKING_PASSWORD`` (unless set), which MLflow sends
+    as basic auth. MLflow prints and stores its tracking URI (the "View run at" line, run links):
+    the credential must not be part of it."""
+    if not uri.lower().startswith(("http://", "https://")):
+        return uri  # a database URI needs its password in the URI (SQLAlchemy reads it there)
+    clean = without_userinfo(uri)
+    if clean == uri:
+        return uri
+    parts = urlsplit(uri)
+    if parts.username is not None and not os.environ.get("MLFLOW_TRACKING_USERNAME"):
+        os.environ["MLFLOW_TRACKING_USERNAME"] = unquote(parts.username)
+    if parts.password is not None and not os.environ.get("MLFLOW_TRACKING_PASSWORD"):
+        os.environ["MLFLOW_TRACKING_PASSWORD"] = unquote(parts.password)
+    return clean
 
 
 def store_lock_path(uri: str) -> Path:
@@ -93,7 +126,7 @@ def start_experiment(name: str, uri: str | None = None) -> str:
             experiment_id = _get_or_create_experiment(MlflowClient(resolved), name, location)
         except MlflowException as exc:
             first = str(exc.message if hasattr(exc, "message") else exc).strip().splitlines()[0]
-            raise StoreError(f"tracking store {resolved!r}: {first}") from None
+            raise StoreError(f"tracking store {without_userinfo(resolved)!r}: {redact_uris(first)}") from None
     mlflow.set_experiment(experiment_id=experiment_id)
     return experiment_id
 

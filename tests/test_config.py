@@ -44,7 +44,6 @@ def test_every_model_composes_with_the_required_fields(model):
         "architecture",
         "params_total_b",
         "params_active_b",
-        "context_length",
         "backend",
         "model_id",
     ):
@@ -82,7 +81,35 @@ def test_an_api_model_keeps_the_chat_form_and_free_decoding():
     assert not cfg.generation.stop_at_repeated_span
 
 
-def test_the_study_condition_experiment():
-    cfg = _compose("model=qwen3_moe", "experiment=study_condition")
+def test_the_study_condition():
+    cfg = _compose("model=qwen3_moe", "condition=study_condition")
     assert cfg.prompt.answer_format == "study" and cfg.generation.constrained and cfg.generation.temperature == 0
     assert list(cfg.scoring.variants) == ["released", "released_best", "released_char", "released_char_best"]
+
+
+def test_the_reasoning_allowance_is_the_model_files_reasoning_bound():
+    """One number: the model file bounds its reasoning list; the run adds that bound to the
+    abductive budget (no profile restates it)."""
+    import yaml
+
+    model_file = yaml.safe_load((CONF / "model" / "smollm2_135m.yaml").read_text(encoding="utf-8"))
+    bound = model_file["options"]["list_token_budgets"]["reasoning_steps"]
+    assert _compose("model=smollm2_135m").generation.max_tokens_reasoning == bound == 16
+    assert _compose("model=qwen3_moe").generation.max_tokens_reasoning is None  # no bound: nothing added
+    assert _compose("generation.max_tokens_reasoning=8").generation.max_tokens_reasoning == 8  # an override wins
+
+
+def test_the_old_experiment_group_name_is_a_clear_error():
+    from src.run import renamed_group_error
+
+    message = renamed_group_error(["model=qwen3_moe", "experiment=study_condition"])
+    assert message is not None and "'condition=study_condition'" in message
+    assert renamed_group_error(["+experiment=x"]) is not None
+    assert renamed_group_error(["condition=study_condition", "mlflow.experiment=other"]) is None
+
+
+def test_every_prompt_condition_composes():
+    names = sorted(p.stem for p in (CONF / "condition").glob("*.yaml"))
+    assert names == ["model_default", "study_condition"]
+    for name in names:
+        OmegaConf.to_container(_compose(f"condition={name}"), resolve=True)

@@ -7,67 +7,13 @@ A stage whose deps miss a module it imports would not re-run when that module ch
 
 from __future__ import annotations
 
-import ast
 import re
-from pathlib import Path
 
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
-SRC = ROOT / "src"
-#: Packages whose members are chosen at run time by name (a registry): a stage that imports
-#: the package depends on all of it.
-DYNAMIC_PACKAGES = ("src/backends",)
-
-
-def module_file(name: str) -> Path | None:
-    """The file of a ``src.*`` module name (a package's ``__init__.py``), or None."""
-    parts = name.split(".")
-    path = ROOT.joinpath(*parts)
-    if (path / "__init__.py").exists():
-        return path / "__init__.py"
-    if path.with_suffix(".py").exists():
-        return path.with_suffix(".py")
-    return None
-
-
-def imported_modules(path: Path) -> set[str]:
-    """``src.*`` modules a file imports anywhere (function-level imports included)."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    package = ".".join(path.relative_to(ROOT).with_suffix("").parts)
-    if path.name == "__init__.py":
-        package = package.rsplit(".", 1)[0] + "." + "__init__"
-    out = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            out |= {alias.name for alias in node.names if alias.name.startswith("src")}
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")[: -node.level]
-                name = ".".join(base + ([node.module] if node.module else []))
-            else:
-                name = node.module or ""
-            if not name.startswith("src"):
-                continue
-            out.add(name)
-            out |= {f"{name}.{alias.name}" for alias in node.names}
-    return out
-
-
-def closure(module: str) -> set[Path]:
-    """Every project file a module needs, following imports (and a package's ``__init__``)."""
-    seen: set[Path] = set()
-    todo = [module]
-    while todo:
-        name = todo.pop()
-        parts = name.split(".")
-        for depth in range(2, len(parts) + 1):  # parent packages run their __init__ first
-            file = module_file(".".join(parts[:depth]))
-            if file is not None and file not in seen:
-                seen.add(file)
-                todo.extend(imported_modules(file))
-    return seen
+from scripts.import_closure import ROOT, closure, code_deps
+from src import study
 
 
 def stages() -> list[tuple[str, dict]]:
@@ -87,10 +33,7 @@ def command_module(cmd: str) -> str:
 
 @pytest.mark.parametrize("name,stage", stages(), ids=[name for name, _ in stages()])
 def test_stage_code_deps_are_exactly_what_its_command_imports(name: str, stage: dict):
-    needed = {p.relative_to(ROOT).as_posix() for p in closure(command_module(stage["cmd"]))}
-    for package in DYNAMIC_PACKAGES:
-        if any(p.startswith(package + "/") for p in needed):
-            needed = {p for p in needed if not p.startswith(package + "/")} | {package}
+    needed = set(code_deps(command_module(stage["cmd"])))
     declared = {d for d in (stage.get("deps") or []) if isinstance(d, str) and d.startswith("src")}
     missing = sorted(needed - declared)
     extra = sorted(declared - needed)
@@ -117,3 +60,26 @@ def test_closure_follows_function_level_imports():
     files = {p.relative_to(ROOT).as_posix() for p in closure("src.run")}
     assert "src/backends/cache.py" in files  # imported inside build_backend
     assert "src/scoring/runner.py" in files and "src/study.py" in files
+
+
+def test_the_stage_lists_are_the_vocabulary():
+    """dvc.yaml iterates params.yaml's ``study`` lists; they must say what src/study.py says, so that
+    a new derived dataset or tagger task is one vocabulary entry (plus its params line)."""
+    listed = yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8"))["study"]
+    assert listed["token_classifier_tasks"] == list(study.TOKEN_CLASSIFIER_TASKS)
+    assert listed["derived_tasks"] == {name: list(study.DATASETS[name].tasks) for name in study.DERIVED_DATASETS}
+
+
+def test_the_task_stages_iterate_the_vocabulary_lists():
+    spec = yaml.safe_load((ROOT / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
+    assert spec["finetune"]["matrix"]["task"] == "${study.token_classifier_tasks}"
+    for name in study.DERIVED_DATASETS:
+        assert spec[name]["foreach"] == f"${{study.derived_tasks.{name}}}", name
+
+
+def test_stage_commands_pass_no_setting_of_params_yaml():
+    """Settings are read by the stage's module itself: a command templating a params value
+    (other than a path or the item) would be a second place for it."""
+    for name in study.DERIVED_DATASETS:
+        cmd = yaml.safe_load((ROOT / "dvc.yaml").read_text(encoding="utf-8"))["stages"][name]["do"]["cmd"]
+        assert "${derive." not in cmd and "${seed}" not in cmd and "${sweep." not in cmd, name

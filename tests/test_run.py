@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from src.data.schema import Record, Span, write_records
-from tests.backends.fake_openai_server import FakeOpenAIServer, last_user_message
+from tests.helpers.openai_server import FakeOpenAIServer, last_user_message
 
 ROOT = Path(__file__).resolve().parents[1]
 SECRET = "fake-openrouter-key-never-logged-0123456789"
@@ -101,6 +101,11 @@ def test_run_logs_scores_artifacts_and_caches(workspace: Path):
         done = _run(workspace, server)
         assert done.returncode == 0, done.stderr[-3000:]
         assert server.request_count == 4
+        # the end-of-run verdict: F1 per dataset, and the parse failures over the 5% threshold named
+        output = done.stdout + done.stderr
+        assert "timex/base: F1 0.714 (3 instances)" in output and "comp/base: F1 0.800 (1 instance)" in output
+        assert "warning: answers not to trust (warn_rate 0.05); check these datasets:" in output
+        assert "parse failures above 5%: timex/base 33.3%" in output and "comp/base 0.0%" not in output
         # a loopback server never gets the OpenRouter key (src.backends.openai_backend: keys go to their own host)
         assert all(auth == "Bearer EMPTY" for auth in server.authorizations)
 
@@ -187,6 +192,7 @@ def test_failed_requests_are_reported_and_a_rerun_completes_them(workspace: Path
         assert failed.returncode == 1
         output = failed.stdout + failed.stderr
         assert "d3#s0" in output and "HTTP 500" in output  # the id and its real cause
+        assert "timex/base: not scored (1 of 3 requests failed)" in output
         _, runs = _mlflow_runs(workspace)
         assert runs[-1].info.status == "FAILED"
         assert "timex.base.f1" not in runs[-1].data.metrics  # never scored on a subset

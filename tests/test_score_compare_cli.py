@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 from src import compare, score
-
-REPO = Path(__file__).resolve().parents[1]
+from tests.helpers.paths import REPO_ROOT
 
 TIMEX_GOLD = [
     {
@@ -59,7 +58,9 @@ def write_jsonl(path: Path, rows) -> str:
 
 
 def run_module(module: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=REPO, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", module, *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_score_command_end_to_end_with_bootstrap(tmp_path):

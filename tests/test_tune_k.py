@@ -9,11 +9,12 @@ import sys
 from pathlib import Path
 
 from src.data.schema import write_records
-from tests.backends.fake_openai_server import FakeOpenAIServer, last_user_message
-from tests.test_run import ROOT, _record
+from tests.helpers.openai_server import FakeOpenAIServer, last_user_message
+from tests.helpers.paths import REPO_ROOT
+from tests.helpers.records import make_record
 
-TRAIN = [_record(f"t{i}#s0", f"Report number {i} came on Friday .", [("Friday", "TIMEX")]) for i in range(12)]
-VAL = [_record("v1#s0", "They left on Monday .", [("Monday", "TIMEX")])]
+TRAIN = [make_record(f"t{i}#s0", f"Report number {i} came on Friday .", [("Friday", "TIMEX")]) for i in range(12)]
+VAL = [make_record("v1#s0", "They left on Monday .", [("Monday", "TIMEX")])]
 
 
 def _answer_well_with_five_exemplars(body: dict) -> str:
@@ -43,7 +44,7 @@ def test_tune_k_picks_the_best_validation_k(tmp_path: Path):
                 f"+k_selection_output={tmp_path / 'k.json'}",
                 "scoring.bootstrap_resamples=50",
             ],
-            cwd=ROOT,
+            cwd=REPO_ROOT,
             env=env,
             capture_output=True,
             text=True,

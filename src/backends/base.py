@@ -98,6 +98,8 @@ class GenerationResult:
         cached: True when the answer came from the response cache, not the model.
         finish_reason: why generation stopped (``stop``, ``length`` when the token budget
             cut the answer), as the backend reports it; None when unknown.
+        served: what the provider said answered (``model``, ``system_fingerprint``,
+            ``provider``; :mod:`src.backends.served`); empty for local backends.
     """
 
     request: ChatRequest
@@ -107,11 +109,17 @@ class GenerationResult:
     latency_s: float = 0.0
     cached: bool = False
     finish_reason: str | None = None
+    served: dict = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
         """True when the request produced text."""
         return self.text is not None and self.error is None
+
+    @property
+    def empty(self) -> bool:
+        """True for an answer that is empty or only whitespace (the model's own, after retries)."""
+        return self.ok and not self.text.strip()
 
 
 ResultCallback = Callable[[int, GenerationResult], None]

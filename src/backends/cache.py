@@ -12,9 +12,20 @@ a local disk (its locking is unreliable on network filesystems). The sharded fol
 directories small at study scale (~10^5 answers).
 
 Only deterministic requests (temperature 0) are cached, and only real answers (string text):
-failed results never are, and an entry whose text is not a string (older versions stored a
-provider's null content) is a miss, so the request is sent again. Entries carry the answer's
-``finish_reason``; older entries without one restore it as None.
+failed results never are, nor an answer the backend ended with ``finish_reason`` ``error`` or
+``content_filter``, nor a blank answer unless it said ``stop`` or ``length`` (then it is the
+model's own empty answer). Entries carry the answer's ``finish_reason`` and what the provider said it served
+(``served``: ``model``, ``system_fingerprint``, ``provider``); older entries restore them as None
+and ``{}``.
+
+Every entry written now carries ``checksum``, the sha256 of the canonical JSON of the rest of
+the entry: an entry edited by hand (or by a bad sync) no longer matches and is a miss. Entries
+written before checksums existed have none and are used as they are (they are what the
+committed pipeline's cache holds; ``python -m src.cache list --unsigned`` shows them). Any entry
+that cannot be used (unreadable, not JSON, a field of the wrong type, another request's fields,
+a checksum that does not match) is a miss with one warning naming its file, never a crash;
+``python -m src.cache purge --invalid`` removes them all. The key never changes: the checksum
+and ``served`` are fields of the entry, not of the key.
 """
 
 from __future__ import annotations
@@ -30,10 +41,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from src.backends.base import Backend, ChatRequest, GenerationResult, OrderedResults, ResultCallback
+from src.backends.served import mismatch_counts
 
 logger = logging.getLogger(__name__)
 
 CACHE_FORMAT = 1
+NOT_ANSWER_FINISH_REASONS = frozenset({"error", "content_filter"})
 
 
 def cache_key_fields(backend_name: str, model_id: str, identity: dict, request: ChatRequest) -> dict:
@@ -71,6 +84,55 @@ def cache_key(fields: dict) -> str:
     return hashlib.sha256(canonical_json(fields).encode("utf-8")).hexdigest()
 
 
+def entry_checksum(entry: dict) -> str:
+    """sha256 of the canonical JSON of ``entry`` without its ``checksum`` field."""
+    content = {name: value for name, value in entry.items() if name != "checksum"}
+    return hashlib.sha256(canonical_json(content).encode("utf-8")).hexdigest()
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def entry_problem(entry: object) -> str | None:
+    """Why ``entry`` (a parsed cache file) cannot be used as an answer; None when it can."""
+    if not isinstance(entry, dict):
+        return f"it is a JSON {type(entry).__name__}, not an object"
+    if not isinstance(entry.get("text"), str):
+        return "it holds no answer text"
+    if not isinstance(entry.get("fields"), dict):
+        return "its request fields are missing"
+    checks = {
+        "usage": lambda v: v is None or (isinstance(v, dict) and all(x is None or _is_number(x) for x in v.values())),
+        "latency_s": lambda v: v is None or _is_number(v),
+        "finish_reason": lambda v: v is None or isinstance(v, str),
+        "served": lambda v: v is None or (isinstance(v, dict) and all(isinstance(x, str) for x in v.values())),
+        "created": lambda v: v is None or _is_number(v),
+        "checksum": lambda v: v is None or isinstance(v, str),
+    }
+    for name, valid in checks.items():
+        if not valid(entry.get(name)):
+            return f"field {name!r} has the wrong type ({type(entry.get(name)).__name__})"
+    if entry.get("checksum") is not None and entry["checksum"] != entry_checksum(entry):
+        return "its checksum does not match its content (the entry was edited)"
+    if entry.get("finish_reason") in NOT_ANSWER_FINISH_REASONS:
+        return f"finish_reason {entry['finish_reason']!r} is no answer"
+    return None
+
+
+def read_entry(path: Path) -> tuple[dict | None, str | None]:
+    """(entry, None) for a usable entry file, else (None, why not); FileNotFoundError propagates."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            entry = json.load(handle)
+    except FileNotFoundError:
+        raise
+    except (OSError, ValueError) as exc:
+        return None, f"unreadable: {exc}"
+    problem = entry_problem(entry)
+    return (None, problem) if problem else (entry, None)
+
+
 class ResponseCache:
     """A directory of answers keyed by request hash, safe for concurrent writers.
 
@@ -80,6 +142,12 @@ class ResponseCache:
 
     def __init__(self, directory: str | Path) -> None:
         self.directory = Path(directory)
+        self._warned: set[Path] = set()  # one warning per bad file and process
+
+    def _ignore(self, path: Path, why: str) -> None:
+        if path not in self._warned:
+            self._warned.add(path)
+            logger.warning("ignoring cache entry %s: %s (python -m src.cache purge --invalid removes it)", path, why)
 
     def path(self, key: str) -> Path:
         """Where the answer for ``key`` lives."""
@@ -89,27 +157,32 @@ class ResponseCache:
         """The stored entry for ``key``, or None (missing, unreadable, not an answer, other fields)."""
         path = self.path(key)
         try:
-            with open(path, encoding="utf-8") as handle:
-                entry = json.load(handle)
+            entry, problem = read_entry(path)
         except FileNotFoundError:
             return None
-        except (OSError, ValueError) as exc:
-            logger.warning("ignoring unreadable cache entry %s: %s", path, exc)
-            return None
-        if not isinstance(entry, dict) or not isinstance(entry.get("text"), str):
-            logger.warning("ignoring cache entry %s: it holds no answer text", path)
+        if problem:
+            self._ignore(path, problem)
             return None
         if fields is not None and entry.get("fields") != json.loads(canonical_json(fields)):
-            logger.warning("ignoring cache entry %s: stored request differs", path)
+            self._ignore(path, "stored request differs")
             return None
         return entry
 
     def put(
-        self, key: str, fields: dict, text: str, usage: dict, latency_s: float, finish_reason: str | None = None
+        self,
+        key: str,
+        fields: dict,
+        text: str,
+        usage: dict,
+        latency_s: float,
+        finish_reason: str | None = None,
+        served: dict | None = None,
     ) -> None:
-        """Store an answer atomically (temp file + ``os.replace``); refuses anything but text."""
+        """Store an answer atomically (temp file + ``os.replace``); refuses anything but an answer."""
         if not isinstance(text, str):
             raise TypeError(f"cache entry {key}: text must be a string, got {type(text).__name__}")
+        if finish_reason in NOT_ANSWER_FINISH_REASONS:
+            raise ValueError(f"cache entry {key}: finish_reason {finish_reason!r} is no answer")
         path = self.path(key)
         path.parent.mkdir(parents=True, exist_ok=True)
         entry = {
@@ -118,8 +191,11 @@ class ResponseCache:
             "usage": usage,
             "latency_s": latency_s,
             "finish_reason": finish_reason,
+            "served": dict(served or {}),
             "created": time.time(),
         }
+        entry = json.loads(json.dumps(entry))  # the checksum covers what a reader will load
+        entry["checksum"] = entry_checksum(entry)
         descriptor, temp_name = tempfile.mkstemp(prefix=f".{key[:8]}-", suffix=".tmp", dir=path.parent)
         try:
             with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
@@ -186,9 +262,10 @@ class CachedBackend:
                 request,
                 entry["text"],
                 usage=dict(entry.get("usage") or {}),
-                latency_s=float(entry.get("latency_s", 0.0)),
+                latency_s=float(entry.get("latency_s") or 0.0),
                 cached=True,
                 finish_reason=_finish_reason_of(entry),
+                served=dict(entry.get("served") or {}),
             )
             results.finish(position, hit)
 
@@ -206,10 +283,16 @@ class CachedBackend:
             return results.as_list()
 
         def deliver(sent_index: int, result: GenerationResult) -> None:
-            if sent_index < len(keys) and result.ok and isinstance(result.text, str):
+            if sent_index < len(keys) and _is_answer(result):
                 key = keys[sent_index]
                 self.cache.put(
-                    key, pending_fields[key], result.text, result.usage, result.latency_s, result.finish_reason
+                    key,
+                    pending_fields[key],
+                    result.text,
+                    result.usage,
+                    result.latency_s,
+                    result.finish_reason,
+                    result.served,
                 )
             for position in owners[sent_index]:
                 own = result if requests[position] is result.request else _for_request(result, requests[position])
@@ -220,7 +303,32 @@ class CachedBackend:
         else:
             for sent_index, result in enumerate(self.backend.generate(to_send, progress=progress)):
                 deliver(sent_index, result)
-        return results.as_list()
+        finished = results.as_list()
+        warn_about_mismatches(self.model_id, finished)
+        return finished
+
+
+def warn_about_mismatches(model_id: str, results: Sequence[GenerationResult]) -> None:
+    """One warning line when answers (cached or new) came from a model other than ``model_id``."""
+    others = mismatch_counts(model_id, (result.served for result in results if result.ok))
+    if others:
+        served = ", ".join(f"{model} x{count}" for model, count in others.most_common())
+        logger.warning(
+            "%d of %d answers were served by another model than %s: %s",
+            sum(others.values()),
+            len(results),
+            model_id,
+            served,
+        )
+
+
+def _is_answer(result: GenerationResult) -> bool:
+    """Only an answer is cached: text, not ended as an error, and blank only when it said ``stop``."""
+    if not result.ok or not isinstance(result.text, str):
+        return False
+    if result.finish_reason in NOT_ANSWER_FINISH_REASONS:
+        return False
+    return bool(result.text.strip()) or result.finish_reason in ("stop", "length")
 
 
 def _for_request(result: GenerationResult, request: ChatRequest) -> GenerationResult:
@@ -233,6 +341,7 @@ def _for_request(result: GenerationResult, request: ChatRequest) -> GenerationRe
         latency_s=result.latency_s,
         cached=result.cached,
         finish_reason=result.finish_reason,
+        served=dict(result.served),
     )
 
 

@@ -20,17 +20,14 @@ four things that make small models fast and usable here:
   come back in the caller's order and ``on_result`` fires as each request finishes.
   ``usage["prompt_tokens_reused"]`` counts the tokens that were not evaluated again; the hit
   rate (reused / prompt tokens) is logged and kept in :attr:`LlamaCppBackend.stats`.
-- **Constrained answers.** A request with ``response_schema`` decodes under the GBNF grammar
-  llama.cpp builds from the schema (``json_schema_to_gbnf``). Greedy steps check the model's
-  own best token against the grammar first, then its 64 best, and mask the whole vocabulary
-  only when all of them are rejected: the same token as masking first (the best allowed one)
-  for a fraction of the cost (one worker: 40 timex sentences under `I` 7.8% and 20 eventx
-  sentences under `D` 14.6% faster, the same answers).
+- **Constrained answers.** A request with ``response_schema`` decodes under the schema's GBNF
+  grammar, checking the model's best tokens before masking the vocabulary
+  (:mod:`src.backends.llamacpp_grammar`).
 - **Stop on complete JSON.** Generation ends as soon as the answer's first top-level JSON
-  value is complete (grammar or not), at an end-of-generation token, or at ``max_tokens``
-  (``finish_reason`` ``stop`` or ``length``); with ``stop_at_repeat``, also as soon as an item
-  of the answer's final list repeats an earlier one (:mod:`src.backends.repeats`).
+  value is complete, at an end-of-generation token, or at ``max_tokens``
+  (:mod:`src.backends.llamacpp_decoding`, the decoding loop).
 
+This module schedules the requests over the workers and loads and prompts the model.
 Chat prompts use the chat template stored in the GGUF; ``completion=True`` requests continue
 the single user message as plain text. Greedy decoding at temperature 0 (the cacheable case);
 temperature > 0 samples from the softmax with ``numpy`` seeded by ``request.seed``.
@@ -38,11 +35,8 @@ temperature > 0 samples from the softmax with ``numpy`` seeded by ``request.seed
 
 from __future__ import annotations
 
-import codecs
-import ctypes
 import logging
 import os
-import re
 import threading
 import time
 from collections import deque
@@ -50,47 +44,17 @@ from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from tqdm.auto import tqdm
 
 from src.backends.base import ChatRequest, GenerationResult, LocalBackend, OrderedResults
-from src.backends.forced import SchemaCursor, object_keys
-from src.backends.gguf_files import JsonValueEnd, gguf_path, import_llama_cpp
+from src.backends.gguf_files import gguf_path, import_llama_cpp
 from src.backends.gguf_quantize import RequantizedGGUF
-from src.backends.repeats import RepeatedItem
+from src.backends.llamacpp_decoding import DecodingLoop
 
 logger = logging.getLogger(__name__)
 
-#: llama-cpp-python's string character rule admits raw control characters (a newline inside a
-#: string), which no JSON parser accepts; upstream llama.cpp's rule excludes them.
-_LOOSE_CHAR_RULE = re.compile(r'^char ::= \[\^"\\\\\]', flags=re.M)
-_JSON_CHAR_CLASS = r'[^"\\\x7F\x00-\x1F]'
 
-#: Candidates checked against the grammar when the best token is rejected, before the whole
-#: vocabulary is masked (ties at the last one's logit included).
-TOP_CANDIDATES = 64
-#: llama.cpp's ``llama_token_data`` as a numpy record.
-_TOKEN_DATA = np.dtype([("id", np.intc), ("logit", np.single), ("p", np.single)], align=True)
-
-
-def grammar_for_schema(schema: str) -> str:
-    """GBNF for a JSON schema (llama.cpp's converter), allowing one space before the value.
-
-    The optional leading space lets a completion prompt that ends in ``...:`` continue with the
-    tokenizer's usual `` [`` token instead of forcing an unusual split. String characters
-    exclude control characters, as JSON requires (:data:`_LOOSE_CHAR_RULE`).
-    """
-    from llama_cpp.llama_grammar import json_schema_to_gbnf
-
-    gbnf = json_schema_to_gbnf(schema)
-    if not re.search(r"^root ::=", gbnf, flags=re.M):
-        raise ValueError("llamacpp backend: the schema's grammar has no root rule")
-    gbnf = re.sub(r"^root ::=", "json-answer ::=", gbnf, count=1, flags=re.M)
-    gbnf = _LOOSE_CHAR_RULE.sub(lambda _: "char ::= " + _JSON_CHAR_CLASS, gbnf)
-    return 'root ::= " "? json-answer\n' + gbnf
-
-
-class LlamaCppBackend(LocalBackend):
+class LlamaCppBackend(DecodingLoop, LocalBackend):
     """Local generation with llama.cpp.
 
     Args:
@@ -359,185 +323,6 @@ class LlamaCppBackend(LocalBackend):
             self.stats["generation_s"] += ended - started
         usage = {"prompt_tokens": len(tokens), "completion_tokens": generated, "prompt_tokens_reused": reused}
         return GenerationResult(request, text, usage=usage, latency_s=ended - started, finish_reason=finish_reason)
-
-    def _evaluate_prompt(self, llm: Any, tokens: list[int]) -> int:
-        """Bring ``llm``'s KV cache to ``tokens``; returns how many were reused rather than evaluated."""
-        keep = 0
-        if self.prefix_reuse and llm.n_tokens > 0:
-            cached = llm.input_ids[: llm.n_tokens]
-            limit = min(len(cached), len(tokens) - 1)  # evaluate >= 1 token: its logits are needed
-            if limit > 0:
-                same = np.asarray(tokens[:limit], dtype=cached.dtype) == cached[:limit]
-                keep = limit if same.all() else int(np.argmin(same))
-        if keep > 0 and llm._ctx.kv_cache_seq_rm(-1, keep, -1):
-            llm.n_tokens = keep
-        else:
-            keep = 0
-            llm.reset()
-        llm.eval(tokens[keep:])
-        return keep
-
-    def _piece(self, token: int) -> bytes:
-        """The token's text bytes (special tokens render as nothing)."""
-        llama_cpp = import_llama_cpp()
-        size = 64
-        while True:
-            buffer = ctypes.create_string_buffer(size)
-            length = llama_cpp.llama_token_to_piece(self._vocab, token, buffer, size, 0, False)
-            if length >= 0:
-                return buffer.raw[:length]
-            size = -length
-
-    def _logits(self, llm: Any) -> np.ndarray:
-        pointer = llm._ctx.get_logits_ith(-1)
-        return np.ctypeslib.as_array(pointer, shape=(self._n_vocab,)).copy()
-
-    def _decode(self, llm: Any, request: ChatRequest) -> tuple[str, int, str]:
-        """Generate after the evaluated prompt; ``(text, generated tokens, finish_reason)``.
-        Text the schema fixes is evaluated with the model's last token in one batch and counts
-        as generated (:meth:`_cursor`)."""
-        llama_cpp = import_llama_cpp()
-        grammar = self._grammar_sampler(request.response_schema) if request.response_schema else None
-        rng = np.random.default_rng(request.seed) if request.temperature > 0 else None
-        scanner = RepeatedItem(request.stop_at_repeat) if request.stop_at_repeat else JsonValueEnd()
-        cursor = self._cursor(request)
-        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        pieces: list[str] = []
-        generated = 0
-        finish_reason = "length"
-        try:
-            logits = self._logits(llm)
-            while generated < request.max_tokens:
-                token = self._choose(logits, grammar, request.temperature, rng)
-                if llama_cpp.llama_vocab_is_eog(self._vocab, token):
-                    finish_reason = "stop"
-                    break
-                generated += 1
-                if grammar is not None:
-                    llama_cpp.llama_sampler_accept(grammar, token)
-                piece = decoder.decode(self._piece(token))
-                pieces.append(piece)
-                if scanner.feed(piece):
-                    finish_reason = "stop"
-                    break
-                if generated >= request.max_tokens:
-                    break
-                batch = [token]
-                if cursor is not None:
-                    cursor.feed(piece)
-                    if cursor.complete_but_closing:  # the grammar allows only the closing brace
-                        pieces.append("}")
-                        scanner.feed("}")
-                        finish_reason = "stop"
-                        break
-                    text = cursor.forced()
-                    forced = self._forced_tokens_for(text) if text else []
-                    if forced and generated + len(forced) < request.max_tokens:
-                        self._accept_forced(grammar, forced)
-                        pieces.append(text)
-                        cursor.feed(text, tokens=len(forced))
-                        generated += len(forced)
-                        if scanner.feed(text):
-                            finish_reason = "stop"
-                            break
-                        batch += forced
-                llm.eval(batch)
-                logits = self._logits(llm)
-        finally:
-            if grammar is not None:
-                llama_cpp.llama_sampler_free(grammar)
-        pieces.append(decoder.decode(b"", final=True))
-        return scanner.answer("".join(pieces)).strip(), generated, finish_reason
-
-    def _cursor(self, request: ChatRequest) -> SchemaCursor | None:
-        """The schema cursor of a constrained object answer (None: nothing to force)."""
-        if not (self.prefill_schema_text or self.list_token_budgets) or request.response_schema is None:
-            return None
-        keys = object_keys(request.response_schema)
-        return SchemaCursor(keys, self.list_token_budgets, prefill=self.prefill_schema_text) if keys else None
-
-    def _forced_tokens_for(self, text: str) -> list[int]:
-        if text not in self._forced_tokens:
-            self._forced_tokens[text] = self._llm.tokenize(text.encode("utf-8"), add_bos=False, special=False)
-        return self._forced_tokens[text]
-
-    def _accept_forced(self, grammar: Any, tokens: list[int]) -> None:
-        """Advance the grammar over forced tokens; one it rejects is a bug in
-        :class:`~src.backends.forced.SchemaCursor`, never silently decoded past."""
-        llama_cpp = import_llama_cpp()
-        for token in tokens:
-            if grammar is None or not self._grammar_allows(grammar, token, 0.0):
-                raise RuntimeError(f"the schema's grammar rejects the forced token {token}")
-            llama_cpp.llama_sampler_accept(grammar, token)
-
-    def _grammar_sampler(self, schema: str) -> Any:
-        llama_cpp = import_llama_cpp()
-        gbnf = self._grammars.get(schema)
-        if gbnf is None:
-            gbnf = self._grammars[schema] = grammar_for_schema(schema)
-        sampler = llama_cpp.llama_sampler_init_grammar(self._vocab, gbnf.encode("utf-8"), b"root")
-        if not sampler:
-            raise ValueError("llama.cpp could not parse the grammar built from response_schema")
-        return sampler
-
-    def _choose(self, logits: np.ndarray, grammar: Any, temperature: float, rng) -> int:
-        """Greedy (or sampled) next token, restricted to what the grammar allows."""
-        if grammar is not None:
-            if temperature == 0:
-                best = int(np.argmax(logits))
-                if self._grammar_allows(grammar, best, float(logits[best])):
-                    return best
-                best = self._best_allowed_among_top(grammar, logits)
-                if best is not None:
-                    return best
-            logits = self._grammar_mask(grammar, logits)
-        if temperature == 0:
-            return int(np.argmax(logits))
-        scaled = (logits - logits.max()) / temperature
-        probabilities = np.exp(scaled, where=np.isfinite(scaled), out=np.zeros_like(scaled))
-        return int(rng.choice(len(probabilities), p=probabilities / probabilities.sum()))
-
-    def _grammar_allows(self, grammar: Any, token: int, logit: float) -> bool:
-        llama_cpp = import_llama_cpp()
-        one = (llama_cpp.llama_token_data * 1)(llama_cpp.llama_token_data(token, logit, 0.0))
-        array = llama_cpp.llama_token_data_array(data=one, size=1, selected=-1, sorted=False)
-        llama_cpp.llama_sampler_apply(grammar, ctypes.byref(array))
-        return bool(np.isfinite(one[0].logit))
-
-    def _best_allowed_among_top(self, grammar: Any, logits: np.ndarray) -> int | None:
-        """The greedy token under the grammar when one of the :data:`TOP_CANDIDATES` best is allowed
-        (the highest allowed logit, the lowest id among ties: what masking the whole vocabulary
-        picks), else None. Checking a few candidates costs a fraction of masking the vocabulary."""
-        top = min(TOP_CANDIDATES, logits.size)
-        threshold = np.partition(logits, -top)[-top]
-        ids, kept = self._grammar_filter(grammar, np.flatnonzero(logits >= threshold), logits)
-        allowed = np.isfinite(kept)
-        if not allowed.any():
-            return None
-        best = kept[allowed].max()
-        return int(ids[allowed & (kept == best)].min())
-
-    def _grammar_mask(self, grammar: Any, logits: np.ndarray) -> np.ndarray:
-        """``logits`` with every token the grammar rejects at -inf."""
-        ids, kept = self._grammar_filter(grammar, np.arange(self._n_vocab), logits)
-        masked = np.full(self._n_vocab, -np.inf, dtype=np.single)
-        masked[ids] = kept
-        if not np.isfinite(masked).any():
-            raise RuntimeError("the grammar allows no next token")
-        return masked
-
-    def _grammar_filter(self, grammar: Any, ids: np.ndarray, logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The candidates ``ids`` with their logits after the grammar (-inf where it rejects one)."""
-        llama_cpp = import_llama_cpp()
-        data = np.zeros(len(ids), dtype=_TOKEN_DATA)
-        data["id"] = ids
-        data["logit"] = logits[ids]
-        array = llama_cpp.llama_token_data_array(
-            data=data.ctypes.data_as(llama_cpp.llama_token_data_p), size=len(ids), selected=-1, sorted=False
-        )
-        llama_cpp.llama_sampler_apply(grammar, ctypes.byref(array))
-        data = data[: array.size]
-        return data["id"], data["logit"]
 
 
 def _positive_int(value: Any) -> bool:

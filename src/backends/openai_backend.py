@@ -6,10 +6,21 @@ retries are disabled so that retrying follows :mod:`src.backends.retry` (backoff
 The API key is read from an environment variable named in the config and never appears in a
 message, log line, repr or result (nor any 4+ character piece of it, which servers like to echo).
 
-A response is an answer only when its first choice has string content: null or missing content,
-a choice without a message, no choices, a body that is not JSON (truncated, HTML) and a 200
-carrying an ``error`` object are all transient failures, retried like a 5xx. 401/403 fail at
-once with a message naming the key variable, and stop the other requests of the call.
+A response is an answer only when its first choice has text (a string, or a list of text parts,
+which is joined) that is not blank, and the provider did not end it with ``finish_reason``
+``error`` or ``content_filter``. Null or missing content, a choice without a message, no
+choices, a body that is not JSON (truncated, HTML), a 200 carrying an ``error`` object and a
+blank or errored answer are transient failures, retried like a 5xx. A reply that stays blank
+through every retry is the model's own (empty) answer only when each of those replies said
+``finish_reason: stop``; otherwise the request fails with that cause. What retrying cannot heal
+(a body that does not decode, a JSON structure of the wrong types) is retried once, and the
+failure names it. ``finish_reason: length`` is the model's answer cut by its budget, except
+when the provider reports fewer completion tokens than ``max_tokens``: then the provider cut it
+short, and it is retried. 401/403 fail at once with a message naming the key variable, and stop the
+other requests of the call.
+
+Every answer carries what the provider said it served (:mod:`src.backends.served`); with
+``on_model_mismatch: fail`` an answer from another model is retried and then fails instead.
 """
 
 from __future__ import annotations
@@ -33,6 +44,14 @@ import openai
 from tqdm.auto import tqdm
 
 from src.backends.base import ChatRequest, GenerationResult, OrderedResults, ResultCallback
+from src.backends.openai_reply import (
+    FAILED_FINISH_REASONS,
+    NeverHeals,
+    NotAnAnswer,
+    RetryableError,
+    decoding_error,
+    parse_completion,
+)
 from src.backends.repeats import cut_at_repeat
 from src.backends.retry import (
     RetryPolicy,
@@ -40,6 +59,8 @@ from src.backends.retry import (
     is_retryable_status,
     parse_retry_after,
 )
+from src.backends.served import ON_MISMATCH, is_mismatch
+from src.redact import redact_uris, without_userinfo
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +70,7 @@ PROVIDER_KEY_HOSTS = {"OPENROUTER_API_KEY": "openrouter.ai", "OPENAI_API_KEY": "
 MIN_SECRET_PIECE = 4  # shortest prefix/suffix of the key scrubbed from messages
 CONNECTIONS_PER_CLIENT = 8
 PLACEHOLDER_KEY = "EMPTY"  # what local servers (vLLM, llama.cpp) accept when they check no key
+NEVER_HEALS_RETRIES = 1  # retries of a fault that repeating cannot fix (undecodable body, wrong types)
 
 
 class MissingAPIKeyError(RuntimeError):
@@ -61,15 +83,6 @@ class KeyHostMismatchError(ValueError):
 
 class _AuthError(Exception):
     """The server rejected the credential (401/403): retrying cannot help."""
-
-
-class _RetryableError(Exception):
-    """A transient failure; ``retry_after`` is the server's requested wait, if any."""
-
-    def __init__(self, message: str, retry_after: float | None = None, rate_limited: bool = False):
-        super().__init__(message)
-        self.retry_after = retry_after
-        self.rate_limited = rate_limited
 
 
 class OpenAIBackend:
@@ -91,6 +104,9 @@ class OpenAIBackend:
             need it); None = only when the host is openrouter.ai, as other servers may reject
             the field. ``usage.cost`` is recorded whenever a response carries it.
         seed: seeds the retry jitter (not the model; each request carries its own seed).
+        on_model_mismatch: ``warn`` keeps an answer whose served ``model`` is another model
+            (the run counts and reports it); ``fail`` retries it and then fails the request, so
+            nothing from another model is cached. Not part of the cache key.
         schema_format: how a request's JSON schema is sent: ``json_schema`` (OpenAI's
             structured outputs, accepted by vLLM and OpenRouter), ``json_object`` (llama.cpp's
             Python server: ``{"type": "json_object", "schema": ...}``) or ``none`` (not sent;
@@ -123,6 +139,7 @@ class OpenAIBackend:
         request_cost: bool | None = None,
         seed: int = 0,
         schema_format: str = "json_schema",
+        on_model_mismatch: str = "warn",
     ) -> None:
         if not model_id:
             raise ValueError("openai backend: model_id is required")
@@ -144,6 +161,11 @@ class OpenAIBackend:
         if schema_format not in SCHEMA_FORMATS:
             raise ValueError(f"openai backend: schema_format must be one of {SCHEMA_FORMATS}, got {schema_format!r}")
         self.schema_format = schema_format
+        if on_model_mismatch not in ON_MISMATCH:
+            raise ValueError(
+                f"openai backend: on_model_mismatch must be one of {ON_MISMATCH}, got {on_model_mismatch!r}"
+            )
+        self.on_model_mismatch = on_model_mismatch
         self.__api_key = self._key_for(host, require_api_key)
         self._tls: ssl.SSLContext | None = None
 
@@ -167,7 +189,7 @@ class OpenAIBackend:
             return key
         if needs_key:
             raise MissingAPIKeyError(
-                f"openai backend: no API key for {self.base_url}: set the environment variable "
+                f"openai backend: no API key for {without_userinfo(self.base_url)}: set the environment variable "
                 f"{self.api_key_env or '(api_key_env is empty)'} (or point base_url at a local "
                 f"server such as vLLM on localhost, which needs no key)"
             )
@@ -175,19 +197,22 @@ class OpenAIBackend:
 
     def __repr__(self) -> str:
         return (
-            f"OpenAIBackend(model_id={self.model_id!r}, base_url={self.base_url!r}, "
+            f"OpenAIBackend(model_id={self.model_id!r}, base_url={without_userinfo(self.base_url)!r}, "
             f"api_key_env={self.api_key_env!r}, max_concurrency={self.max_concurrency})"
         )
 
     def cache_identity(self) -> dict:
         """The endpoint and extra body fields: the same model id elsewhere may answer differently."""
-        identity = {"base_url": self.base_url, "extra_body": self.extra_body}
+        # Without user-info: a credential in the URL does not change the answer, and the identity
+        # is written into every cache entry (unchanged for every URL without one).
+        identity = {"base_url": without_userinfo(self.base_url), "extra_body": self.extra_body}
         if self.schema_format != "json_schema":  # only then, so existing cache keys stay valid
             identity["schema_format"] = self.schema_format
         return identity
 
     def _redact(self, text: str) -> str:
         """``text`` without the key or any prefix/suffix of it of MIN_SECRET_PIECE+ characters."""
+        text = redact_uris(text)
         key = self.__api_key
         if not key or key == PLACEHOLDER_KEY:
             return text
@@ -198,7 +223,7 @@ class OpenAIBackend:
     def _auth_message(self, status: int) -> str:
         """The server's body is left out: it often quotes the rejected key."""
         variable = self.api_key_env or "api_key_env (no key was sent)"
-        return f"authentication failed: check {variable} (HTTP {status} from {self.base_url})"
+        return f"authentication failed: check {variable} (HTTP {status} from {without_userinfo(self.base_url)})"
 
     def generate(
         self, requests: Sequence[ChatRequest], progress: str | None = None, on_result: ResultCallback | None = None
@@ -269,24 +294,35 @@ class OpenAIBackend:
     async def _generate_one(self, request: ChatRequest, state: _LoopState) -> GenerationResult:
         """Attempts with retries; returns a failed result instead of raising."""
         last_error = ""
+        never_heals = 0  # replies that retrying cannot fix, seen so far
+        blank_answers: list[tuple | None] = []  # per not-an-answer reply: its blank "stop" answer or None
+        last_not_answer: NotAnAnswer | None = None
+        attempts = 0
         for attempt in range(self.retry.max_retries + 1):
             await state.wait_for_rate_limit()
             async with state.slot() as client:
                 if state.auth_error:  # the server rejected the key: do not keep sending it
                     return GenerationResult(request, None, error=state.auth_error)
                 started = time.perf_counter()
+                attempts += 1
                 try:
-                    text, finish_reason, usage = await self._attempt(request, client)
+                    text, finish_reason, usage, served = await self._attempt(request, client)
                     return GenerationResult(
                         request,
                         text,
                         usage=usage,
                         latency_s=time.perf_counter() - started,
                         finish_reason=finish_reason,
+                        served=served,
                     )
-                except _RetryableError as exc:
+                except RetryableError as exc:
                     last_error = self._redact(str(exc))
                     retry_after, rate_limited = exc.retry_after, exc.rate_limited
+                    last_not_answer = exc if isinstance(exc, NotAnAnswer) else None
+                    if last_not_answer is not None:
+                        blank_answers.append(exc.answer)
+                    never_heals += isinstance(exc, NeverHeals)
+                    latency = time.perf_counter() - started
                 except _AuthError as exc:
                     state.auth_error = state.auth_error or str(exc)
                     logger.warning("request %r failed: %s", request.request_id, state.auth_error)
@@ -295,7 +331,7 @@ class OpenAIBackend:
                     message = self._redact(_describe(exc))
                     logger.warning("request %r failed: %s", request.request_id, message)
                     return GenerationResult(request, None, error=message)
-            if attempt == self.retry.max_retries:
+            if attempt == self.retry.max_retries or never_heals > NEVER_HEALS_RETRIES:
                 break
             delay = self.retry.delay(attempt, state.rng, retry_after)
             if rate_limited:
@@ -309,12 +345,19 @@ class OpenAIBackend:
                 delay,
             )
             await asyncio.sleep(delay)
-        message = f"gave up after {self.retry.max_retries + 1} attempts: {last_error}"
+        if last_not_answer is not None and all(answer is not None for answer in blank_answers):
+            # Blank every time it answered, and "stop" every time: the model's own empty answer.
+            text, finish_reason, usage, served = last_not_answer.answer
+            return GenerationResult(
+                request, text, usage=usage, latency_s=latency, finish_reason=finish_reason, served=served
+            )
+        healing = "; retrying does not heal this" if never_heals > NEVER_HEALS_RETRIES else ""
+        message = f"gave up after {attempts} attempts: {last_error}{healing}"
         logger.warning("request %r %s", request.request_id, message)
         return GenerationResult(request, None, error=message)
 
-    async def _attempt(self, request: ChatRequest, client: openai.AsyncOpenAI) -> tuple[str, str | None, dict]:
-        """One request: (text, finish_reason, usage), or raises _RetryableError / _AuthError."""
+    async def _attempt(self, request: ChatRequest, client: openai.AsyncOpenAI) -> tuple[str, str | None, dict, dict]:
+        """One request: (text, finish_reason, usage, served), or raises RetryableError / _AuthError."""
         body = dict(self.extra_body)
         if self.request_cost:
             body.setdefault("usage", {"include": True})
@@ -334,7 +377,7 @@ class OpenAIBackend:
                 # The client's generic post, not the typed chat.completions.create: the typed
                 # path spends a third of the client's CPU re-validating a body built right here,
                 # which caps throughput at high concurrency (benchmarks/bench_http.py). The raw
-                # response, because a 200 is only an answer once _parse_completion says so.
+                # response, because a 200 is only an answer once parse_completion says so.
                 response = await client.post(endpoint, body=body, cast_to=httpx.Response)
         except openai.APIStatusError as exc:
             if is_auth_status(exc.status_code):
@@ -346,13 +389,26 @@ class OpenAIBackend:
             if retry_after is None and headers.get("retry-after-ms"):
                 milliseconds = parse_retry_after(headers.get("retry-after-ms"))
                 retry_after = None if milliseconds is None else milliseconds / 1000
-            raise _RetryableError(_describe(exc), retry_after, rate_limited=exc.status_code == 429) from None
+            raise RetryableError(_describe(exc), retry_after, rate_limited=exc.status_code == 429) from None
         except (openai.APIConnectionError, TimeoutError) as exc:  # includes APITimeoutError
-            raise _RetryableError(_describe(exc) or "timeout") from None
-        text, finish_reason, usage = _parse_completion(response, request.completion)
+            undecodable = decoding_error(exc)
+            if undecodable is not None:
+                raise NeverHeals(f"response body could not be decoded: {undecodable}") from None
+            raise RetryableError(_describe(exc) or "timeout") from None
+        text, finish_reason, usage, served = parse_completion(response, request.completion)
+        if not text.strip() or finish_reason in FAILED_FINISH_REASONS:
+            blank_stop = (text, finish_reason, usage, served) if not text.strip() and finish_reason == "stop" else None
+            what = "blank answer" if not text.strip() else "answer"
+            raise NotAnAnswer(f"{what} with finish_reason {finish_reason!r}", blank_stop)
+        generated = usage.get("completion_tokens")
+        if finish_reason == "length" and isinstance(generated, int) and generated < request.max_tokens:
+            # A real cut-off spends the whole budget; one far short of it is the provider's fault.
+            raise RetryableError(f"finish_reason 'length' after {generated} of max_tokens {request.max_tokens} tokens")
+        if self.on_model_mismatch == "fail" and is_mismatch(self.model_id, served):
+            raise RetryableError(f"served model {served['model']!r} is not {self.model_id!r} (on_model_mismatch: fail)")
         # The server cannot stop at a repeated item, so the same answer is cut from its text.
         text, cut = cut_at_repeat(text, request.stop_at_repeat)
-        return text, "stop" if cut else finish_reason, usage
+        return text, "stop" if cut else finish_reason, usage, served
 
 
 class _LoopState:
@@ -396,55 +452,6 @@ def response_format(schema: str, kind: str = "json_schema") -> dict:
     return {"type": "json_schema", "json_schema": {"name": "answer", "strict": True, "schema": json.loads(schema)}}
 
 
-def _parse_completion(response: httpx.Response, plain_text: bool = False) -> tuple[str, str | None, dict]:
-    """(text, finish_reason, usage) of a 200, or _RetryableError naming what is wrong with it.
-
-    ``plain_text``: a ``/completions`` answer, whose choice holds ``text`` instead of a message.
-    """
-    try:
-        payload = json.loads(response.content)
-    except ValueError:
-        kind = response.headers.get("content-type", "no content type")
-        raise _RetryableError(
-            f"HTTP {response.status_code} body is not valid JSON ({kind}, {len(response.content)} bytes)"
-        ) from None
-    if not isinstance(payload, dict):
-        raise _RetryableError(f"response is a JSON {type(payload).__name__}, not an object")
-    if payload.get("error"):
-        raise _RetryableError(f"provider error in a 200 response: {_error_text(payload['error'])}")
-    choices = payload.get("choices")
-    if not isinstance(choices, list) or not choices:
-        raise _RetryableError("response without choices")
-    choice = choices[0] if isinstance(choices[0], dict) else {}
-    message = {"content": choice.get("text")} if plain_text and "text" in choice else choice.get("message")
-    if not isinstance(message, dict):
-        raise _RetryableError("choice without message")
-    content = message.get("content")
-    if content is None:
-        raise _RetryableError("null content" if "content" in message else "message without content")
-    if not isinstance(content, str):
-        raise _RetryableError(f"content is a {type(content).__name__}, not a string")
-    finish_reason = choice.get("finish_reason")
-    return content, finish_reason if isinstance(finish_reason, str) else None, _usage_dict(payload)
-
-
-def _error_text(error: Any) -> str:
-    """A provider's error object in one short line (redacted by the caller)."""
-    text = (error.get("message") or json.dumps(error)) if isinstance(error, dict) else str(error)
-    return str(text)[:300]
-
-
-def _usage_dict(payload: dict) -> dict:
-    """Token counts and, where reported (OpenRouter), the cost in credits."""
-    usage = payload.get("usage")
-    if not isinstance(usage, dict):
-        return {}
-    result = {"prompt_tokens": usage.get("prompt_tokens"), "completion_tokens": usage.get("completion_tokens")}
-    if usage.get("cost") is not None:
-        result["cost"] = float(usage["cost"])
-    return result
-
-
 def is_loopback(host: str) -> bool:
     """True for localhost names and every loopback or unspecified address (127.0.0.0/8, ::1)."""
     host = host.lower().rstrip(".").strip("[]")
@@ -468,4 +475,8 @@ def _describe(exc: BaseException) -> str:
         return f"HTTP {exc.status_code}: {exc.message}"
     if isinstance(exc, openai.APITimeoutError) or isinstance(exc, TimeoutError):
         return f"timeout: {type(exc).__name__}"
+    cause = exc.__cause__
+    if isinstance(exc, openai.APIConnectionError) and cause is not None and str(cause):
+        # "Connection error." alone hides the real cause (reset, refused, protocol error).
+        return f"{type(exc).__name__}: {exc} ({type(cause).__name__}: {cause})"
     return f"{type(exc).__name__}: {exc}"

@@ -15,6 +15,7 @@ import email.utils
 import random
 import time
 from dataclasses import dataclass
+from datetime import UTC
 
 RETRYABLE_STATUS = frozenset({408, 429})
 AUTH_STATUS = frozenset({401, 403})
@@ -69,7 +70,9 @@ def is_auth_status(status: int) -> bool:
 def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
     """Seconds to wait from a ``Retry-After`` header (delta-seconds or an HTTP date).
 
-    Returns None when the header is missing or malformed.
+    An HTTP date is GMT by definition (RFC 9110), so one written without a zone (or with
+    ``-0000``) is read as UTC, never as the local time of the machine. Returns None when the
+    header is missing or malformed.
     """
     if value is None:
         return None
@@ -84,4 +87,6 @@ def parse_retry_after(value: str | None, now: float | None = None) -> float | No
         return None
     if moment is None:
         return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
     return max(moment.timestamp() - (time.time() if now is None else now), 0.0)

@@ -17,7 +17,6 @@ from typing import Any
 
 import yaml
 
-from src import study
 from src.data.e3c import read_e3c_dir
 from src.data.i2b2 import read_i2b2_dir
 from src.data.schema import Document, Record, Span, write_records
@@ -25,11 +24,9 @@ from src.data.segment import load_segmenter, merge_crossing, segment_documents
 from src.data.splits import sample_in_order, split_documents
 from src.data.text import words
 from src.data.timeml import read_timeml_dir
+from src.study import TASK_LABELS, TASK_ORDER
 
 log = logging.getLogger(__name__)
-
-TASKS = study.TASK_ORDER
-TASK_LABELS = study.TASK_LABELS
 
 
 def cut(doc: Document, start: int, end: int, record_id: str) -> Record:
@@ -95,7 +92,7 @@ def build_datasets(cfg: dict[str, Any], seed: int) -> dict[tuple[str, str], list
     """All datasets of the data contract, keyed by (task, name)."""
     data = cfg["data"]
     timebank = read_timeml_dir(data["timebank_dir"])
-    splits = split_documents([d.doc_id for d in timebank], data["split"]["val"], data["split"]["test"], seed)
+    splits = split_documents([d.doc_id for d in timebank], data["split"]["val"], data["split"]["base"], seed)
     by_id = {d.doc_id: d for d in timebank}
 
     nlp = load_segmenter()
@@ -106,8 +103,8 @@ def build_datasets(cfg: dict[str, Any], seed: int) -> dict[tuple[str, str], list
         pools["train"].extend(r for records in segmented_records(aquaint, nlp) for r in records)
 
     clinical = [r for doc in read_e3c_dir(data["e3c_dir"]) for r in sentence_records(doc, e3c_sentences(doc))]
-    cap = data["test_max_instances"]
-    test_docs = sample_in_order([by_id[d] for d in splits["test"]], data["len_max_documents"], seed)
+    cap = data["base_max_instances"]
+    base_docs = sample_in_order([by_id[d] for d in splits["base"]], data["len_max_documents"], seed)
 
     i2b2: list[Record] = []
     if data.get("i2b2_dir") is not None:
@@ -115,11 +112,11 @@ def build_datasets(cfg: dict[str, Any], seed: int) -> dict[tuple[str, str], list
         i2b2 = [r for records in segmented_records(i2b2_docs, nlp, newline_ends_sentence=True) for r in records]
 
     out: dict[tuple[str, str], list[Record]] = {}
-    for task in TASKS:
+    for task in TASK_ORDER:
         out[task, "train"] = for_task(pools["train"], task)
         out[task, "val"] = for_task(pools["val"], task)
-        out[task, "base"] = sample_in_order(for_task(pools["test"], task), cap, seed)
-        out[task, "len"] = for_task(document_records(test_docs), task)
+        out[task, "base"] = sample_in_order(for_task(pools["base"], task), cap, seed)
+        out[task, "len"] = for_task(document_records(base_docs), task)
         t2c_cap = None if task == "timex" else data["t2c_max_event_instances"]
         out[task, "t2c"] = sample_in_order(for_task(clinical, task), t2c_cap, seed)
         if i2b2:

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-LABELS = ("TIMEX", "EVENT")
+from src.study import LABELS
+
 RECORD_KEYS = ("id", "doc_id", "text", "spans", "source")
 SPAN_KEYS = ("start", "end", "text", "label")
 WORD_CHARACTER = re.compile(r"\w")

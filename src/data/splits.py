@@ -1,4 +1,4 @@
-"""Seeded, document-disjoint train/val/test splits and seeded subsampling."""
+"""Seeded, document-disjoint train/val/base splits and seeded subsampling."""
 
 from __future__ import annotations
 
@@ -10,24 +10,24 @@ from typing import TypeVar
 T = TypeVar("T")
 
 
-def split_documents(doc_ids: Sequence[str], val_share: float, test_share: float, seed: int) -> dict[str, list[str]]:
-    """Assign whole documents to train/val/test so that no document spans two splits.
+def split_documents(doc_ids: Sequence[str], val_share: float, base_share: float, seed: int) -> dict[str, list[str]]:
+    """Assign whole documents to train/val/base (the test split) so that no document spans two splits.
 
     Documents are sorted before the seeded shuffle, so the result depends only on
     the set of ids and the seed, not on the order a reader returned them in.
     """
-    if not (0 <= val_share < 1 and 0 < test_share < 1 and val_share + test_share < 1):
-        raise ValueError(f"split shares must be in [0, 1) and sum below 1 (val={val_share}, test={test_share})")
+    if not (0 <= val_share < 1 and 0 < base_share < 1 and val_share + base_share < 1):
+        raise ValueError(f"split shares must be in [0, 1) and sum below 1 (val={val_share}, base={base_share})")
     ids = sorted(set(doc_ids))
     if len(ids) != len(doc_ids):
         raise ValueError("document ids are not unique")
     random.Random(seed).shuffle(ids)
-    n_test = round(len(ids) * test_share)
+    n_base = round(len(ids) * base_share)
     n_val = round(len(ids) * val_share)
     return {
-        "test": sorted(ids[:n_test]),
-        "val": sorted(ids[n_test : n_test + n_val]),
-        "train": sorted(ids[n_test + n_val :]),
+        "base": sorted(ids[:n_base]),
+        "val": sorted(ids[n_base : n_base + n_val]),
+        "train": sorted(ids[n_base + n_val :]),
     }
 
 

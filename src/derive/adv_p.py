@@ -33,8 +33,12 @@ letter), checked like any rewrite and labelled ``edit_kind: char_noise_rule`` wi
 ``rule/char_noise_rule``; the stats report the LLM-only acceptance beside the total.
 Generations go through the shared response cache. Usage::
 
-    python -m src.derive.adv_p --input base.jsonl --output adv_p.jsonl --model-config conf/model/smollm2_135m.yaml \\
-        --seed 13 --max-attempts 3 --cache-dir .cache/generations --stats stats.json --fallback char_noise_rule
+    python -m src.derive.adv_p --input base.jsonl --output adv_p.jsonl --cache-dir .cache/generations \\
+        --stats stats.json
+
+The generator, thresholds, attempts and fallback come from ``params.yaml`` (``seed``,
+``derive.adv_p``) and the instance limit from ``sweep.yaml`` (``sweep.derive_limit``), as in
+the DVC stage; a flag overrides one for a hand run.
 """
 
 from __future__ import annotations
@@ -68,12 +72,14 @@ from src.derive.alignment import (
     shift_spans,
 )
 from src.derive.outputs import add_base_arguments, read_base, write_derived
+from src.derive.settings import resolve
 
 log = logging.getLogger(__name__)
 
 EDIT_KINDS = ("lexical", "char_noise", "structural")
 RULE_KIND = "char_noise_rule"
 RULE_GENERATOR = {"backend": "rule", "model_id": RULE_KIND}
+MODEL_CONFIG_DIR = Path(__file__).resolve().parents[2] / "conf" / "model"  # the --generator files
 
 RESPONSE_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -555,28 +561,41 @@ def parse_kinds(text: str) -> tuple[str, ...]:
     return kinds
 
 
+def model_config_path(args: argparse.Namespace) -> Path | None:
+    """The ``conf/model`` file of the generator: ``--model-config``, else the file of ``generator``
+    (params ``derive.adv_p.generator``) unless ``--backend`` names a backend directly."""
+    if args.model_config is not None:
+        return Path(args.model_config)
+    if args.backend is not None:
+        return None
+    return MODEL_CONFIG_DIR / f"{args.generator}.yaml"
+
+
 def generator_settings(args: argparse.Namespace) -> tuple[str, str, dict[str, Any]]:
-    """(backend, model_id, options) from ``--model-config`` (a ``conf/model`` file) and flags, flags winning."""
+    """(backend, model_id, options) from the generator's ``conf/model`` file and flags, flags winning."""
     backend, model_id, options = None, None, {}
-    if args.model_config:
-        config = yaml.safe_load(Path(args.model_config).read_text(encoding="utf-8")) or {}
+    config_path = model_config_path(args)
+    if config_path is not None:
+        config = yaml.safe_load(config_path.read_text(encoding="utf-8")) or {}
         backend, model_id, options = config.get("backend"), config.get("model_id"), dict(config.get("options") or {})
     backend = args.backend or backend
     model_id = args.model_id or model_id
     options.update(dict(args.option or []))
     if not backend or not model_id:
-        raise SystemExit("adv_p: give --model-config, or --backend and --model-id")
+        raise SystemExit("adv_p: give --generator or --model-config, or --backend and --model-id")
     return backend, model_id, options
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    """The command line; every setting flag defaults to None: "take params.yaml"."""
+    parser = argparse.ArgumentParser(prog="src.derive.adv_p", description=__doc__.split("\n\n")[0])
     add_base_arguments(parser, "where to write the accepted rewrites")
-    parser.add_argument("--model-config", help="a conf/model/*.yaml file (backend, model_id, options)")
+    parser.add_argument("--generator", help="a conf/model file name (default: params derive.adv_p.generator)")
+    parser.add_argument("--model-config", help="a conf/model/*.yaml file path (instead of --generator)")
     parser.add_argument("--backend", help="backend name (overrides the model config)")
     parser.add_argument("--model-id", help="model id (overrides the model config)")
     parser.add_argument("--option", action="append", type=parse_option, help="backend option KEY=VALUE (repeatable)")
-    parser.add_argument("--max-attempts", type=int, default=3, help="LLM attempts per instance (one edit kind each)")
+    parser.add_argument("--max-attempts", type=int, help="LLM attempts per instance (one edit kind each)")
     parser.add_argument("--cache-dir", required=True, help="the shared response cache directory")
     parser.add_argument(
         "--edit-kinds",
@@ -587,22 +606,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--min-similarity",
         type=float,
-        default=MIN_SIMILARITY,
         help="MiniLM cosine similarity to the original a rewrite must reach",
     )
     parser.add_argument(
         "--max-length-ratio",
         type=float,
-        default=MAX_LENGTH_RATIO,
         help=f"at most this many times the original's words (+{LENGTH_SLACK})",
     )
-    parser.add_argument(
-        "--min-length-ratio", type=float, default=MIN_LENGTH_RATIO, help="at least this many times the original's words"
-    )
+    parser.add_argument("--min-length-ratio", type=float, help="at least this many times the original's words")
     parser.add_argument(
         "--fallback",
         choices=("none", RULE_KIND),
-        default="none",
         help=f"{RULE_KIND}: seeded character noise by code for instances no LLM attempt rewrote",
     )
     parser.add_argument(
@@ -611,8 +625,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The command line, with every setting it leaves out read from the params files."""
+    parser = build_parser()
+    return resolve(parser, parser.parse_args(argv), "adv_p")
+
+
 def main(argv: Sequence[str] | None = None, similarity: Similarity | None = None) -> None:
-    args = build_parser().parse_args(argv)
+    args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
 
     from src.backends import create_backend

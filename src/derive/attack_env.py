@@ -2,8 +2,8 @@
 
 ``import textattack`` builds a stopword constraint at import time and fails unless NLTK can
 find ``corpora/stopwords``; WordNet synonyms need ``corpora/wordnet``. Both ship in
-``<paths.raw>/nltk_data`` (README, "Data sources and licences"). Every ``attack_*`` module imports this module
-before ``textattack``.
+``<paths.raw>/nltk_data`` (docs/data.md, "Sources and licences"). Every ``attack_*`` module
+imports this module before ``textattack``.
 """
 
 from __future__ import annotations
@@ -31,9 +31,7 @@ def use_nltk_data(path: str | Path | None = None) -> Path:
     """Put ``path`` (default :func:`default_nltk_data`) first on NLTK's data path; returns it."""
     folder = Path(path) if path is not None else default_nltk_data()
     if not (folder / "corpora" / "stopwords").is_dir():
-        raise FileNotFoundError(
-            f"{folder} holds no corpora/stopwords: run `dvc pull data.dvc` (README, 'Data sources and licences')"
-        )
+        raise FileNotFoundError(f"{folder} holds no corpora/stopwords: run `dvc pull data.dvc` (docs/data.md)")
     if str(folder) not in nltk.data.path:
         nltk.data.path.insert(0, str(folder))
     return folder

@@ -18,16 +18,27 @@ from src.cli import optional_int
 from src.data.schema import DataError, Record, read_records, write_records
 from src.data.splits import subset_by_id
 from src.derive.examples import write_report
+from src.derive.settings import add_settings_arguments
 
 log = logging.getLogger(__name__)
 
 
 def add_base_arguments(parser: argparse.ArgumentParser, output_help: str) -> None:
-    """``--input``, ``--output``, ``--seed``, ``--limit``, ``--stats`` and ``--examples``."""
+    """``--input``, ``--output``, ``--params``/``--sweep``, ``--seed``, ``--limit``, ``--stats`` and ``--examples``.
+
+    ``--seed`` and ``--limit`` override the params files (:mod:`src.derive.settings`); left out,
+    they are the params file's ``seed`` and the sweep file's ``sweep.derive_limit``.
+    """
     parser.add_argument("--input", required=True, help="base test set (JSONL records)")
     parser.add_argument("--output", required=True, help=output_help)
-    parser.add_argument("--seed", type=int, required=True)
-    parser.add_argument("--limit", type=optional_int, help="a seeded subset of N base records chosen by id (null: all)")
+    add_settings_arguments(parser)
+    parser.add_argument("--seed", type=int, default=None, help="override of the params file's seed")
+    parser.add_argument(
+        "--limit",
+        type=optional_int,
+        default=argparse.SUPPRESS,  # absent: sweep.derive_limit; `--limit null` explicitly means all
+        help="a seeded subset of N base records chosen by id (null: all; default: sweep.derive_limit)",
+    )
     parser.add_argument("--stats", help="optional JSON file for the summary statistics")
     parser.add_argument("--examples", help="optional markdown file with a few original/perturbed pairs")
 

@@ -7,7 +7,10 @@ style. Words inside gold spans or inside DATE/TIME entities are never replaced, 
 temporal content is untouched; the same source word maps to the same pseudo-word within an
 instance. Usage::
 
-    python -m src.derive.voc --input base.jsonl --train train.jsonl --output voc.jsonl --seed 13
+    python -m src.derive.voc --input base.jsonl --train train.jsonl --output voc.jsonl
+
+The seed, ``rare_max_count`` and the instance limit come from ``params.yaml`` (``seed``,
+``derive.voc``) and ``sweep.yaml`` (``sweep.derive_limit``); flags override them.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from src.data.schema import Record, read_records
 from src.data.text import word_offsets, words
 from src.derive.alignment import TextEdit, apply_edits, derived_record, shift_spans
 from src.derive.outputs import add_base_arguments, read_base, write_derived
+from src.derive.settings import resolve
 
 log = logging.getLogger(__name__)
 
@@ -215,14 +219,29 @@ def summarize(derived: Sequence[Record]) -> dict[str, Any]:
     }
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="src.derive.voc", description=__doc__.split("\n\n")[0])
     add_base_arguments(parser, "where to write the voc records")
     parser.add_argument("--train", required=True, nargs="+", help="train split(s), for word frequencies")
-    parser.add_argument("--rare-max-count", type=int, default=1, help="rare: seen at most this often in train")
+    parser.add_argument(
+        "--rare-max-count",
+        type=int,
+        default=None,
+        help="rare: seen at most this often in train (default: params derive.voc.rare_max_count)",
+    )
     parser.add_argument("--domain-terms", help="optional term list, one per line")
     parser.add_argument("--spacy-model", default=SPACY_MODEL)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The command line, with every setting it leaves out read from the params files."""
+    parser = build_parser()
+    return resolve(parser, parser.parse_args(argv), "voc")
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
 
     records = read_base(args)

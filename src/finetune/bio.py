@@ -19,18 +19,19 @@ import logging
 
 from src.data.schema import Record, Span
 from src.data.text import word_offsets
-from src.registry import lookup
+from src.registry import registry_entry
+from src.study import TASKS, TOKEN_CLASSIFIER_TASKS
 
 logger = logging.getLogger(__name__)
 
 OUTSIDE = "O"
 TAG_SUFFIX = {"TIMEX": "T", "EVENT": "E"}
-TASK_LABEL = {"timex": "TIMEX", "eventx": "EVENT"}
+TASK_LABEL = {name: TASKS[name].single_label for name in TOKEN_CLASSIFIER_TASKS}
 
 
 def span_label_for_task(task: str) -> str:
     """The span label a single-type task extracts (``timex`` -> ``TIMEX``)."""
-    return lookup(TASK_LABEL, task, "task for a token classifier")
+    return registry_entry(TASK_LABEL, task, "task for a token classifier")
 
 
 def tag_set(label: str) -> list[str]:
@@ -40,7 +41,7 @@ def tag_set(label: str) -> list[str]:
 
 
 def _suffix(label: str) -> str:
-    return lookup(TAG_SUFFIX, label, "span label")
+    return registry_entry(TAG_SUFFIX, label, "span label")
 
 
 def split_at_boundaries(offsets: list[tuple[int, int]], boundaries: set[int]) -> list[tuple[int, int]]:

@@ -21,6 +21,7 @@ from src import study
 from src.cli import MAX_RESAMPLES, OneLineArgumentParser, bounded_int, optional_int, seed_type
 from src.data.schema import read_records
 from src.data.splits import subset_by_id
+from src.finetune.mlflow_logging import RUN_FILE
 from src.finetune.models import MODEL_SPECS
 from src.finetune.predict import TokenClassifier
 from src.params import lookup
@@ -33,13 +34,13 @@ from src.scoring.runner import (
     evaluate_configuration,
     write_summary,
 )
-from src.tracking import data_version, git_commit, log_json_artifact
+from src.tracking import data_version, default_experiment, git_commit, log_json_artifact
 
 log = logging.getLogger("src.finetune.evaluate")
 
-TASKS = tuple(name for name, task in study.TASKS.items() if task.single_label)
-DEFAULT_DATASETS = tuple(name for name in study.DATASET_ORDER if set(TASKS) <= set(study.DATASETS[name].tasks))
-TRAINING_RUN_FILE = "training_run.json"  # written beside the checkpoint by src.finetune.train
+DEFAULT_DATASETS = tuple(
+    name for name in study.DATASET_ORDER if set(study.TOKEN_CLASSIFIER_TASKS) <= set(study.DATASETS[name].tasks)
+)
 
 
 def checkpoint_dir(root: Path, model: str, task: str) -> Path:
@@ -71,7 +72,7 @@ def training_runs(checkpoints: dict[str, Path]) -> dict[str, str]:
     """``training_run.{task}`` tags: the MLflow run that trained each checkpoint (if recorded)."""
     tags = {}
     for task, path in checkpoints.items():
-        file = path / TRAINING_RUN_FILE
+        file = path / RUN_FILE
         if file.exists():
             tags[f"training_run.{task}"] = str(json.loads(file.read_text(encoding="utf-8")).get("run_id", ""))
     return tags
@@ -131,7 +132,9 @@ def evaluate_model(args: argparse.Namespace) -> tuple[RunRecord, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = OneLineArgumentParser(prog="python -m src.finetune.evaluate", description=__doc__.splitlines()[0])
     parser.add_argument("--model", required=True, choices=sorted(MODEL_SPECS))
-    parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=TASKS)
+    parser.add_argument(
+        "--tasks", nargs="+", default=list(study.TOKEN_CLASSIFIER_TASKS), choices=study.TOKEN_CLASSIFIER_TASKS
+    )
     parser.add_argument("--datasets", nargs="+", default=list(DEFAULT_DATASETS), choices=DEFAULT_DATASETS)
     parser.add_argument("--checkpoints", type=Path, default=Path("models/finetuned"))
     parser.add_argument("--prepared", type=Path, default=None, help="default: paths.prepared of params.yaml")
@@ -143,13 +146,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--variants", nargs="*", default=[], help="extra scorer variants (src/scoring/variants.py)")
     parser.add_argument("--batch-size", type=bounded_int(1, 4096), default=32)
-    parser.add_argument("--experiment", default="tempgen")
+    parser.add_argument("--experiment", default=None, help="MLflow experiment (default: conf/config.yaml's)")
     parser.add_argument("--tracking-uri", default=None)
     parser.add_argument("--summary", type=Path, default=None, help="write the DVC-tracked metrics summary here")
     args = parser.parse_args(argv)
     args.prepared = args.prepared or Path(lookup("paths.prepared"))
     args.derived = args.derived or Path(lookup("paths.derived"))
     args.seed = int(lookup("seed")) if args.seed is None else args.seed
+    args.experiment = default_experiment() if args.experiment is None else args.experiment
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
         record, outcome = evaluate_model(args)

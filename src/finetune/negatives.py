@@ -28,19 +28,19 @@ from typing import Any
 
 import yaml
 
-from src.data.prepare import TASK_LABELS, for_task, segmented_records
+from src.data.prepare import for_task, segmented_records
 from src.data.schema import Record, read_records
 from src.data.segment import load_segmenter
 from src.data.splits import split_documents
 from src.data.timeml import read_timeml_dir
+from src.study import SPLITS, TASK_LABELS
 
 logger = logging.getLogger(__name__)
 
-SPLITS = ("train", "val")
 SENTENCE_INDEX = re.compile(r"#s(\d+)$")
 
 
-def load_params(params: str | Path | Mapping[str, Any]) -> dict[str, Any]:
+def params_mapping(params: str | Path | Mapping[str, Any]) -> dict[str, Any]:
     """A parameter mapping, or the parsed parameter file it names."""
     if isinstance(params, Mapping):
         return dict(params)
@@ -53,7 +53,7 @@ def _pool_key(params: Mapping[str, Any]) -> str:
     relevant = {
         "seed": int(params["seed"]),
         "timebank_dir": str(Path(data["timebank_dir"]).resolve()),
-        "split": {"val": data["split"]["val"], "test": data["split"]["test"]},
+        "split": {"val": data["split"]["val"], "base": data["split"]["base"]},
         "aquaint_dir": str(Path(data["aquaint_dir"]).resolve()) if data.get("add_aquaint_to_train") else None,
     }
     return json.dumps(relevant, sort_keys=True)
@@ -64,7 +64,7 @@ def _sentence_pools(key: str) -> tuple[dict[str, tuple[Record, ...]], tuple[str,
     """All sentences of the train and val documents (as prepare builds them) and the test doc ids."""
     spec = json.loads(key)
     timebank = read_timeml_dir(spec["timebank_dir"])
-    splits = split_documents([d.doc_id for d in timebank], spec["split"]["val"], spec["split"]["test"], spec["seed"])
+    splits = split_documents([d.doc_id for d in timebank], spec["split"]["val"], spec["split"]["base"], spec["seed"])
     wanted = set(splits["train"]) | set(splits["val"])
     documents = [d for d in timebank if d.doc_id in wanted]
     nlp = load_segmenter()
@@ -73,14 +73,14 @@ def _sentence_pools(key: str) -> tuple[dict[str, tuple[Record, ...]], tuple[str,
     if spec["aquaint_dir"] is not None:
         aquaint = read_timeml_dir(spec["aquaint_dir"])
         pools["train"].extend(r for records in segmented_records(aquaint, nlp) for r in records)
-    return {name: tuple(records) for name, records in pools.items()}, tuple(splits["test"])
+    return {name: tuple(records) for name, records in pools.items()}, tuple(splits["base"])
 
 
 def sentence_pool(split: str, params: str | Path | Mapping[str, Any]) -> list[Record]:
     """Every sentence (with and without targets, all labels) of a training split's documents."""
     if split not in SPLITS:
         raise ValueError(f"negative sentences exist for the splits {SPLITS}, not {split!r}")
-    pools, _ = _sentence_pools(_pool_key(load_params(params)))
+    pools, _ = _sentence_pools(_pool_key(params_mapping(params)))
     return list(pools[split])
 
 
@@ -116,7 +116,7 @@ def negative_sentences(task: str, split: str, params: str | Path | Mapping[str, 
     """
     if task not in TASK_LABELS:
         raise ValueError(f"unknown task {task!r} (expected one of {sorted(TASK_LABELS)})")
-    values = load_params(params)
+    values = params_mapping(params)
     pools, test_ids = _sentence_pools(_pool_key(values))
     if split not in pools:
         raise ValueError(f"negative sentences exist for the splits {SPLITS}, not {split!r}")

@@ -5,10 +5,8 @@ Usage::
     python -m src.finetune.train --model minilm --task timex --out models/finetuned/minilm-timex \\
         [--params params.yaml] [--limit 64] [--set learning_rate=3e-5 --set seed=1]
 
-Configuration is read one way: :class:`TrainConfig` is an OmegaConf structured-config schema
-(types only, every field mandatory); the values come from ``params.yaml`` -- the top-level
-``seed`` and ``paths.prepared``, then the ``finetune`` block, then its ``models.<model>``
-mapping, then ``--set key=value`` -- so each default is written once, in ``params.yaml``.
+The configuration comes from ``params.yaml`` (:mod:`src.finetune.train_config`: the
+``finetune`` block, its ``models.<model>`` mapping, then ``--set key=value``).
 
 With ``include_negatives`` the training and validation sets hold, beside the prepared
 sentences with targets, the target-free sentences of the same documents
@@ -23,340 +21,49 @@ The output folder holds the best model (by validation entity F1, seqeval), its t
 (:func:`src.tracking.tracking_uri`): hyperparameters and data version as params, loss and
 validation metrics per logging/evaluation step, training time, checkpoint path and weights hash.
 
-Two schedule values adapt to small runs (both recorded in the summary):
-warmup is ``min(warmup_steps, warmup_max_fraction * total steps)``, so a run shorter than
-500 steps still leaves warmup (set ``warmup_max_fraction: 1.0`` for exactly 500 steps);
-evaluation/checkpoint interval is ``min(eval_steps, steps per epoch)``, so every epoch is
-evaluated at least once, and the last step is always evaluated.
+This module runs a training: it loads the model and the splits, hands them to the Trainer
+(:mod:`src.finetune.hf_trainer`), calibrates the ``O`` weight (:mod:`src.finetune.calibration`),
+writes the checkpoint and the summary, and logs the run (:mod:`src.finetune.mlflow_logging`).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import dataclasses
-import hashlib
 import json
 import logging
-import math
 import shutil
 import signal
 import sys
 import time
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
-from omegaconf.errors import OmegaConfBaseException
-
 from src.cli import optional_int
 from src.data.schema import Record, read_records
-from src.finetune.align import EncodedSentence, encode_tagged
-from src.finetune.bio import record_to_bio, span_label_for_task, tag_set
+from src.finetune.bio import span_label_for_task, tag_set
+from src.finetune.calibration import calibrate_outside_bias
+from src.finetune.hf_trainer import (
+    SentenceDataset,
+    encode_records,
+    in_order_trainer_class,
+    make_compute_metrics,
+    training_arguments,
+)
+from src.finetune.mlflow_logging import (
+    DEFAULT_EXPERIMENT,
+    RUN_FILE,
+    SUMMARY_FILE,
+    log_training,
+    mlflow_metrics_callback,
+    training_run,
+)
 from src.finetune.predict import model_window, save_label_map
+from src.finetune.train_config import TrainConfig, load_config, parse_overrides, schedule
 from src.params import PARAMS_FILE
+from src.study import TOKEN_CLASSIFIER_TASKS
 
 logger = logging.getLogger(__name__)
-
-SUMMARY_FILE = "training_summary.json"
-RUN_FILE = "training_run.json"
-REPORT_CHOICES = ("mlflow", "none")
-DEFAULT_EXPERIMENT = "tempgen"  # conf/config.yaml mlflow.experiment, as src.finetune.evaluate
-WEIGHT_PATTERNS = ("model*.safetensors", "pytorch_model*.bin")
-#: log-weights of ``O`` tried on validation after training (calibrate_outside_bias)
-OUTSIDE_BIAS_GRID = (-1.0, -0.5, 0.0, 0.5, 1.0, 1.5, 2.0, 3.0)
-
-
-@dataclass
-class TrainConfig:
-    """Fine-tuning hyperparameters: the schema only (no defaults: OmegaConf makes every field
-    mandatory); the values live in ``params.yaml``.
-
-    Beyond the usual Trainer ones: ``warmup_max_fraction`` caps warmup for short runs
-    (module docstring); ``max_steps`` > 0 overrides the epochs (smoke runs); ``max_length``
-    caps the pieces per sentence (also the inference window); ``full_determinism`` asks
-    torch for deterministic kernels on top of the seeds; ``num_threads`` sets torch's CPU
-    threads (null: torch's default); ``report_to`` is ``mlflow`` (one MLflow run per
-    training) or ``none``; ``include_negatives`` adds the target-free sentences of the
-    train/val documents; ``group_by_length`` batches sentences of similar length together
-    (less padding, the same epochs; other batches, so other weights); ``seed`` and ``data_dir`` come from the top-level ``seed`` and
-    ``paths.prepared`` (``data_dir`` holds ``{task}/train.jsonl`` and ``{task}/val.jsonl``).
-    """
-
-    learning_rate: float
-    weight_decay: float
-    warmup_steps: int
-    warmup_max_fraction: float
-    num_train_epochs: float
-    max_steps: int
-    train_batch_size: int
-    eval_batch_size: int
-    eval_steps: int
-    early_stopping_patience: int
-    max_length: int
-    logging_steps: int
-    full_determinism: bool
-    calibrate_outside_bias: bool
-    num_threads: int | None
-    report_to: str
-    include_negatives: bool
-    group_by_length: bool
-    seed: int
-    data_dir: str
-
-    def validate(self, where: str = "finetune") -> TrainConfig:
-        """Range checks OmegaConf's types cannot express; returns the config."""
-        if self.report_to not in REPORT_CHOICES:
-            raise ValueError(f"{where}: report_to must be one of {REPORT_CHOICES}, got {self.report_to!r}")
-        for name in ("train_batch_size", "eval_batch_size", "eval_steps", "logging_steps", "max_length", "num_threads"):
-            if getattr(self, name) is not None and getattr(self, name) < 1:
-                raise ValueError(f"{where}: {name} must be >= 1, got {getattr(self, name)}")
-        if not 0.0 <= self.warmup_max_fraction <= 1.0:
-            raise ValueError(f"{where}: warmup_max_fraction must be in [0, 1], got {self.warmup_max_fraction}")
-        return self
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    def reports_to_mlflow(self) -> bool:
-        return self.report_to == "mlflow"
-
-
-def make_config(*layers: Mapping[str, Any], where: str = "finetune") -> TrainConfig:
-    """Merge mappings (lowest precedence first) onto the schema; every field must end up set.
-
-    Unknown keys, wrongly typed values and missing values are ValueErrors naming ``where``.
-    """
-    try:
-        merged = OmegaConf.merge(
-            OmegaConf.structured(TrainConfig), *[OmegaConf.create(dict(layer)) for layer in layers]
-        )
-        config = OmegaConf.to_object(merged)
-    except OmegaConfBaseException as exc:
-        raise ValueError(f"{where}: {str(exc).splitlines()[0]}") from None
-    assert isinstance(config, TrainConfig)
-    return config.validate(where)
-
-
-def parse_overrides(items: list[str]) -> dict[str, Any]:
-    """``["learning_rate=1e-4", "seed=3"]`` -> a mapping (OmegaConf dot-list values)."""
-    for item in items:
-        key, sep, _ = item.partition("=")
-        if not sep or not key.strip():
-            raise ValueError(f"override {item!r} is not key=value")
-    return OmegaConf.to_container(OmegaConf.from_dotlist(list(items)))  # type: ignore[return-value]
-
-
-def load_config(
-    params: str | Path = PARAMS_FILE, overrides: Mapping[str, Any] | None = None, model: str | None = None
-) -> TrainConfig:
-    """The configuration of one training run, read from a params file.
-
-    Precedence, lowest first: the file's top-level ``seed`` and ``paths.prepared`` (so
-    neither is written twice), the ``finetune`` block, its ``models.<model>`` mapping
-    (values one model needs, e.g. a higher learning rate for the small MiniLM), then
-    ``overrides``.
-    """
-    values = OmegaConf.to_container(OmegaConf.load(params)) or {}
-    if not isinstance(values, dict):
-        raise ValueError(f"{params}: not a mapping")
-    block = values.get("finetune") or {}
-    if not isinstance(block, dict):
-        raise ValueError(f"{params}: 'finetune' must be a mapping")
-    block = dict(block)
-    per_model = block.pop("models", None) or {}
-    if not isinstance(per_model, dict) or not all(isinstance(v, dict) for v in per_model.values()):
-        raise ValueError(f"{params}: finetune.models must map model names to mappings")
-    shared: dict[str, Any] = {}
-    if "seed" in values:
-        shared["seed"] = values["seed"]
-    if isinstance(values.get("paths"), dict) and "prepared" in values["paths"]:
-        shared["data_dir"] = values["paths"]["prepared"]
-    model_values = per_model.get(model, {}) if model else {}
-    return make_config(shared, block, model_values, overrides or {}, where=f"{params}: finetune")
-
-
-def schedule(config: TrainConfig, n_train: int) -> dict[str, int]:
-    """Total steps, effective warmup and evaluation interval for ``n_train`` examples."""
-    steps_per_epoch = max(1, math.ceil(n_train / config.train_batch_size))
-    total = config.max_steps if config.max_steps > 0 else math.ceil(steps_per_epoch * config.num_train_epochs)
-    warmup = min(config.warmup_steps, int(config.warmup_max_fraction * total))
-    eval_steps = min(config.eval_steps, steps_per_epoch, total)
-    return {"steps_per_epoch": steps_per_epoch, "total_steps": total, "warmup_steps": warmup, "eval_steps": eval_steps}
-
-
-class _SentenceDataset:
-    """Encoded sentences as the list-like dataset the Trainer iterates."""
-
-    def __init__(self, encoded: list[EncodedSentence]):
-        self.encoded = encoded
-
-    def __len__(self) -> int:
-        return len(self.encoded)
-
-    def __getitem__(self, index: int) -> dict[str, list[int]]:
-        return self.encoded[index].features
-
-
-def encode_records(records: list[Record], label: str, tokenizer: Any, max_length: int) -> list[EncodedSentence]:
-    """BIO-tag records (words split at gold boundaries) and align tags to pieces."""
-    label2id = {tag: i for i, tag in enumerate(tag_set(label))}
-    words_batch, tags_batch = [], []
-    for record in records:
-        words, _, tags = record_to_bio(record, label)
-        words_batch.append(words)
-        tags_batch.append(tags)
-    return encode_tagged(tokenizer, words_batch, tags_batch, label2id, max_length)
-
-
-def make_compute_metrics(encoded: list[EncodedSentence], labels: list[str]):
-    """Entity precision/recall/F1 (seqeval) from first-piece predictions of each word."""
-    from seqeval.metrics import f1_score, precision_score, recall_score
-
-    def compute(prediction: Any) -> dict[str, float]:
-        logits = prediction.predictions[0] if isinstance(prediction.predictions, tuple) else prediction.predictions
-        best = logits.argmax(axis=-1)
-        gold, predicted = [], []
-        for row, sentence in enumerate(encoded):
-            gold.append(sentence.tags)
-            predicted.append([labels[best[row, p]] if p >= 0 else "O" for p in sentence.first_pieces])
-        return {
-            "precision": precision_score(gold, predicted, zero_division=0),
-            "recall": recall_score(gold, predicted, zero_division=0),
-            "f1": f1_score(gold, predicted, zero_division=0),
-        }
-
-    return compute
-
-
-def training_arguments(config: TrainConfig, plan: dict[str, int], checkpoint_dir: Path, run_name: str) -> Any:
-    """The Trainer's arguments: AdamW + linear decay, step-wise eval/save, best model by val F1."""
-    from transformers import TrainingArguments
-
-    return TrainingArguments(
-        output_dir=str(checkpoint_dir),
-        learning_rate=config.learning_rate,
-        weight_decay=config.weight_decay,
-        optim="adamw_torch",
-        lr_scheduler_type="linear",
-        warmup_steps=plan["warmup_steps"],
-        num_train_epochs=config.num_train_epochs,
-        max_steps=config.max_steps,
-        per_device_train_batch_size=config.train_batch_size,
-        per_device_eval_batch_size=config.eval_batch_size,
-        group_by_length=config.group_by_length,
-        eval_strategy="steps",
-        eval_steps=plan["eval_steps"],
-        save_strategy="steps",
-        save_steps=plan["eval_steps"],
-        save_total_limit=2,
-        save_only_model=True,
-        load_best_model_at_end=True,
-        metric_for_best_model="f1",
-        greater_is_better=True,
-        logging_strategy="steps",
-        logging_steps=config.logging_steps,
-        logging_first_step=True,
-        report_to="none",  # MLflow: one run per training, opened by train_classifier (mlflow_metrics_callback)
-        run_name=run_name,
-        seed=config.seed,
-        data_seed=config.seed,
-        full_determinism=config.full_determinism,
-        disable_tqdm=False,
-        dataloader_num_workers=0,
-    )
-
-
-#: Length grouping sorts windows of this many batches (transformers' default, 50, sorts 800
-#: sentences at once: the short target-free ones then train in batches of their own).
-LENGTH_GROUP_BATCHES = 4
-
-
-def in_order_trainer_class() -> type:
-    """The Trainer with evaluation batches in the validation set's order: ``group_by_length``
-    also reorders evaluation in transformers 4.57, but :func:`make_compute_metrics` maps the
-    predictions back to the validation sentences by position (reordered, every F1 read 0.0)."""
-    from torch.utils.data import SequentialSampler
-    from transformers import Trainer
-    from transformers.trainer_pt_utils import LengthGroupedSampler, get_length_grouped_indices
-
-    class WindowedLengthGroups(LengthGroupedSampler):
-        def __iter__(self):
-            grouped = get_length_grouped_indices(self.lengths, self.batch_size, LENGTH_GROUP_BATCHES, self.generator)
-            return iter(grouped)
-
-    class InOrderEvaluation(Trainer):
-        def _get_eval_sampler(self, eval_dataset):
-            return SequentialSampler(eval_dataset)
-
-        def _get_train_sampler(self, train_dataset=None):
-            if not self.args.group_by_length:
-                return super()._get_train_sampler(train_dataset)
-            dataset = train_dataset if train_dataset is not None else self.train_dataset
-            lengths = [len(dataset[i]["input_ids"]) for i in range(len(dataset))]
-            return WindowedLengthGroups(self.args.train_batch_size, lengths=lengths)
-
-    return InOrderEvaluation
-
-
-def mlflow_metrics_callback() -> Any:
-    """A TrainerCallback that logs every Trainer log (loss, learning rate, eval_*) into the active MLflow run."""
-    from transformers import TrainerCallback
-
-    class MlflowMetrics(TrainerCallback):
-        def on_log(self, args, state, control, logs=None, **kwargs):
-            import mlflow
-
-            numeric = {
-                k: float(v)
-                for k, v in (logs or {}).items()
-                if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-            }
-            if numeric and mlflow.active_run() is not None:
-                mlflow.log_metrics(numeric, step=state.global_step)
-
-    return MlflowMetrics()
-
-
-def weights_digest(directory: str | Path) -> str:
-    """SHA-256 over the saved weight files of a checkpoint folder (names and bytes, sorted)."""
-    directory = Path(directory)
-    files = sorted({p for pattern in WEIGHT_PATTERNS for p in directory.glob(pattern)})
-    if not files:
-        raise FileNotFoundError(f"{directory}: no weight files ({', '.join(WEIGHT_PATTERNS)})")
-    digest = hashlib.sha256()
-    for path in files:
-        digest.update(path.name.encode("utf-8"))
-        with open(path, "rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
-    return digest.hexdigest()
-
-
-@contextlib.contextmanager
-def training_run(config: TrainConfig, run_name: str, experiment: str, tracking_uri: str | None) -> Iterator[Any]:
-    """The MLflow run of one training (None when ``report_to`` is ``none``), closed in a finally."""
-    if not config.reports_to_mlflow():
-        yield None
-        return
-    import mlflow
-
-    from src.tracking import start_experiment
-
-    start_experiment(experiment, tracking_uri)
-    active = mlflow.start_run(run_name=run_name)
-    status = "FAILED"
-    try:
-        mlflow.set_tags({"kind": "training"})
-        yield active
-        status = "FINISHED"
-    except (KeyboardInterrupt, SystemExit):  # Ctrl-C, or SIGTERM (main installs the handler)
-        status = "KILLED"
-        raise
-    finally:
-        mlflow.end_run(status=status)
 
 
 def train_classifier(
@@ -388,79 +95,8 @@ def train_classifier(
             model, tokenizer, splits, label, config, out, run_name, summary_extra, tracked=active is not None
         )
         if active is not None:
-            _log_training(active, summary, config, out, data_files or [], experiment)
+            log_training(active, summary, config, out, data_files or [], experiment)
     return summary
-
-
-def _log_training(
-    active: Any, summary: dict[str, Any], config: TrainConfig, out: Path, data_files: list[Path], experiment: str
-) -> None:
-    """Params, final metrics, tags and the summary of a finished training into its run; writes RUN_FILE."""
-    import mlflow
-
-    from src.tracking import data_version, git_commit
-
-    digest = weights_digest(out)
-    version = data_version([Path(p) for p in data_files]) if data_files else "unknown"
-    extra = {
-        k: v
-        for k, v in summary.items()
-        if k
-        in (
-            "model",
-            "family",
-            "task",
-            "train_file",
-            "val_file",
-            "limit",
-            "n_train",
-            "n_val",
-            "n_train_negatives",
-            "n_val_negatives",
-            "max_length",
-        )
-    }
-    params = {
-        **config.to_dict(),
-        **{f"schedule.{k}": v for k, v in summary["schedule"].items()},
-        **{("window" if k == "max_length" else k): v for k, v in extra.items()},
-        "data_version": version,
-        "git_commit": git_commit(),
-    }
-    mlflow.log_params(params)
-    final = {
-        "train_time_s": summary["train_time_s"],
-        "eval_time_s": summary["eval_time_s"],
-        "best_val_f1": summary["best_val_f1"],
-        "best_step": summary["best_step"],
-        "train_examples_per_s": summary["train_examples_per_s"],
-        **{f"best_val_{k}": v for k, v in summary["val_metrics"].items()},
-    }
-    mlflow.log_metrics(
-        {k: float(v) for k, v in final.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-    )
-    mlflow.set_tags(
-        {
-            "model": summary.get("model", ""),
-            "task": summary.get("task", ""),
-            "checkpoint": str(out.resolve()),
-            "weights_sha256": digest,
-            "data_version": version,
-        }
-    )
-    mlflow.log_text(json.dumps(summary, indent=1), "training/" + SUMMARY_FILE)
-    link = {
-        "run_id": active.info.run_id,
-        "experiment_id": active.info.experiment_id,
-        "experiment": experiment,
-        "tracking_uri": mlflow.get_tracking_uri(),
-        "run_name": active.info.run_name,
-        "weights_sha256": digest,
-        "data_version": version,
-    }
-    (out / RUN_FILE).write_text(json.dumps(link, indent=2) + "\n", encoding="utf-8")
-    summary["mlflow_run_id"] = active.info.run_id
-    (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
 
 
 def _train(
@@ -508,11 +144,11 @@ def _train(
         callbacks.append(mlflow_metrics_callback())
     arguments = training_arguments(config, plan, checkpoints, run_name)
 
-    trainer = in_order_trainer_class()(
+    trainer = in_order_trainer_class(config.length_group_batches)(
         model=model,
         args=arguments,
-        train_dataset=_SentenceDataset(train_set),
-        eval_dataset=_SentenceDataset(val_set),
+        train_dataset=SentenceDataset(train_set),
+        eval_dataset=SentenceDataset(val_set),
         data_collator=DataCollatorForTokenClassification(tokenizer, label_pad_token_id=-100),
         processing_class=tokenizer,
         compute_metrics=make_compute_metrics(val_set, labels),
@@ -525,7 +161,7 @@ def _train(
     trainer.save_model(str(out))
     identity = {k: v for k, v in (summary_extra or {}).items() if k in ("model", "family", "task")}
     calibration = (
-        calibrate_outside_bias(model, tokenizer, val_records, label, max_length)
+        calibrate_outside_bias(model, tokenizer, val_records, label, max_length, list(config.outside_bias_grid))
         if config.calibrate_outside_bias
         else {}
     )
@@ -563,25 +199,6 @@ def _train(
     return summary
 
 
-def calibrate_outside_bias(
-    model: Any, tokenizer: Any, val_records: list[Record], label: str, max_length: int
-) -> dict[str, Any]:
-    """The ``O`` weight (:attr:`TokenClassifier.outside_bias`) with the best validation LCS F1
-    over whole sentences, target-free ones included; ties go to the smaller weight."""
-    from src.finetune.predict import TokenClassifier
-    from src.scoring.metrics import score_pairs
-
-    classifier = TokenClassifier(model, tokenizer, tag_set(label), label, max_length, device=str(model.device))
-    by_bias: dict[str, float] = {}
-    for bias in OUTSIDE_BIAS_GRID:
-        classifier.outside_bias = bias
-        predictions = classifier.predict_spans(val_records)
-        by_bias[f"{bias:g}"] = round(score_pairs(zip(val_records, predictions)).prf("lcs")[2], 6)
-    best = min(OUTSIDE_BIAS_GRID, key=lambda b: (-by_bias[f"{b:g}"], abs(b)))
-    logger.info("outside bias %g: validation LCS F1 %s", best, by_bias)
-    return {"outside_bias": best, "val_lcs_f1_by_outside_bias": by_bias}
-
-
 def _eval_entry(log_history: list[dict[str, Any]], step: int | None) -> dict[str, Any]:
     """The validation metrics logged at ``step`` (the kept model's), without the ``eval_`` prefix."""
     for entry in log_history:
@@ -617,7 +234,7 @@ def run(
     from transformers import set_seed
 
     from src.finetune.models import get_spec, load_model, load_tokenizer
-    from src.finetune.negatives import load_params, negative_sentences, with_negatives
+    from src.finetune.negatives import negative_sentences, params_mapping, with_negatives
 
     spec = get_spec(model_name)
     label = span_label_for_task(task)
@@ -641,7 +258,7 @@ def run(
     for split, path in paths.items():
         positives = read_records(path)
         if config.include_negatives:
-            extra = negative_sentences(task, split, {**load_params(params), "paths": {"prepared": config.data_dir}})
+            extra = negative_sentences(task, split, {**params_mapping(params), "paths": {"prepared": config.data_dir}})
             records[split] = with_negatives(positives, extra, limit)
             negatives[split] = sum(1 for r in records[split] if not r.spans)
         else:
@@ -680,7 +297,7 @@ def run(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Fine-tune a BIO token classifier for one task.")
     parser.add_argument("--model", required=True, help="model choice (src.finetune.models.MODEL_SPECS)")
-    parser.add_argument("--task", required=True, choices=["timex", "eventx"])
+    parser.add_argument("--task", required=True, choices=TOKEN_CLASSIFIER_TASKS)
     parser.add_argument("--out", required=True, help="checkpoint folder to write")
     parser.add_argument(
         "--params",

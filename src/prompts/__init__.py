@@ -31,7 +31,6 @@ from .strategies import (
     get_strategy,
     strategy_from_config,
 )
-from .templates import TASK_LABELS, TASKS
 
 __all__ = [
     "ANSWER_FORMATS",
@@ -39,8 +38,6 @@ __all__ = [
     "K_CHOICES",
     "PROMPT_FORMS",
     "STRATEGY_NAMES",
-    "TASKS",
-    "TASK_LABELS",
     "KSelection",
     "PromptOptions",
     "RequestParts",

@@ -30,6 +30,7 @@ from collections.abc import Sequence
 
 from src.data.schema import Record, Span
 from src.data.text import words
+from src.study import TASK_LABELS, TASK_ORDER, TASKS
 
 from . import templates
 from .answer_schema import REASONING_KEY, REASONING_MAX_CHARS, TEXT_KEY, answer_shape
@@ -38,14 +39,14 @@ SPAN_COUNT_CAP = 4
 
 
 def check_task(task: str) -> None:
-    """Raise ValueError for a task name outside ``templates.TASKS``."""
-    if task not in templates.TASKS:
-        raise ValueError(f"unknown task {task!r} (expected one of {', '.join(templates.TASKS)})")
+    """Raise ValueError for a task name outside ``src.study.TASKS``."""
+    if task not in TASKS:
+        raise ValueError(f"unknown task {task!r} (expected one of {', '.join(TASK_ORDER)})")
 
 
 def target_spans(record: Record, task: str) -> list[Span]:
     """The record's spans that the task extracts, in text order."""
-    labels = templates.TASK_LABELS[task]
+    labels = TASK_LABELS[task]
     return sorted((s for s in record.spans if s.label in labels), key=lambda s: (s.start, s.end))
 
 
@@ -53,7 +54,7 @@ def _is_usable(record: Record, task: str) -> bool:
     if not record.text.strip():
         return False
     present = {s.label for s in target_spans(record, task)}
-    return all(label in present for label in templates.TASK_LABELS[task])
+    return all(label in present for label in TASK_LABELS[task])
 
 
 def exemplar_order(train_records: Sequence[Record], seed: int, task: str) -> list[Record]:
@@ -121,7 +122,7 @@ def select_exemplars(train_records: Sequence[Record], k: int, seed: int, task: s
     if len(ordered) < k:
         raise ValueError(
             f"only {len(ordered)} usable {task} train records (with distinct texts and "
-            f"spans of {'/'.join(templates.TASK_LABELS[task])}) for k={k}"
+            f"spans of {'/'.join(TASK_LABELS[task])}) for k={k}"
         )
     return ordered[:k]
 

@@ -6,7 +6,8 @@ that in code fences or prose, use single quotes or Python literals, leave traili
 stop mid-answer at the token limit. The parser looks for the answer in the whole text, then in
 fenced blocks, then in every bracketed segment (the last one first: models tend to reason
 before the final answer), repairs what it can, and closes a truncated answer after its last
-complete item. It never raises on model output: an unusable answer is ``ok=False`` with the
+complete item (finding and repairing values is :mod:`src.prompts.lenient_json`'s job; this module
+decides which value is the answer and reads the spans out of it). It never raises on model output: an unusable answer is ``ok=False`` with the
 reason in ``error`` and no predictions, which the run counts as a parse failure.
 
 Both answer-format sets of :mod:`src.prompts.answer_schema` are read whatever
@@ -26,16 +27,13 @@ answer, so a garbled answer is never turned into an empty prediction marked ``ok
 
 from __future__ import annotations
 
-import ast
 import json
 import re
-import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from src.study import TASK_LABELS, TASK_ORDER
-from src.study import TASKS as _STUDY_TASKS
+from src.study import TASK_LABELS, TASK_ORDER, TASKS
 
 from .answer_schema import (
     TEXT_KEY,
@@ -44,10 +42,7 @@ from .answer_schema import (
     check_format,
     check_prompt_form,
 )
-
-#: Re-exported from :mod:`src.study`: the tasks, and the label of each single-label task.
-TASKS = TASK_ORDER
-LABELS = {name: task.single_label for name, task in _STUDY_TASKS.items() if task.single_label}
+from .lenient_json import FAILED, complete_values, decode, salvaged_values, strict_json
 
 _GENERIC_LIST_KEYS = (
     "spans",
@@ -73,17 +68,11 @@ _LABEL_LIST_KEYS = {
     "TIMEX": ("timex", "timexes", "timex3", "time_expressions", "temporal_expressions", "times", "expressions"),
     "EVENT": ("eventx", "events", "event", "event_triggers", "triggers", "event_spans"),
 }
-_TASK_LIST_KEYS = {task: _LABEL_LIST_KEYS[label] for task, label in LABELS.items()}
+_TASK_LIST_KEYS = {name: _LABEL_LIST_KEYS[task.single_label] for name, task in TASKS.items() if task.single_label}
 _REASONING_KEYS = ("reasoning_steps", "reasoning", "steps", "rationale", "explanation", "thoughts")
 _LABEL_ALIASES = {"timex": "TIMEX", "timex3": "TIMEX", "time": "TIMEX", "event": "EVENT", "eventx": "EVENT"}
 
-_FENCE = re.compile(r"```[ \t]*[\w+-]*[ \t]*\n?(.*?)```", re.DOTALL)
 _THINK = re.compile(r"<think>.*?(</think>|$)", re.DOTALL | re.IGNORECASE)
-_PY_LITERALS = {"True": "true", "False": "false", "None": "null"}
-_BARE_KEY = re.compile(r"([{,]\s*)([A-Za-z_][\w-]*)(\s*:)")
-_MAX_SEGMENTS = 200
-_MAX_SALVAGE_CUTS = 30
-_MAX_SALVAGE_OPENINGS = 5
 
 
 @dataclass
@@ -133,7 +122,7 @@ def parse_answer(
         ValueError: an unknown task, answer format or prompt form (a caller bug, not model output).
     """
     if task not in TASKS:
-        raise ValueError(f"parse_answer: unknown task {task!r}; expected one of {TASKS}")
+        raise ValueError(f"parse_answer: unknown task {task!r}; expected one of {TASK_ORDER}")
     check_format(answer_format)
     check_prompt_form(prompt_form)
     try:
@@ -158,8 +147,8 @@ def _parse(raw: str | None, task: str, abductive: bool, answer_format: str, prom
 
 
 def _parse_json(text: str, task: str, expected: Callable[[Any], bool]) -> ParsedAnswer:
-    complete = list(_complete_values(text))
-    salvaged = list(_salvaged_values(text))
+    complete = list(complete_values(text))
+    salvaged = list(salvaged_values(text))
     for values, preferred in ((complete, True), (salvaged, True), (complete, False), (salvaged, False)):
         if not preferred and values is complete:
             cut = _cut_before_spans(salvaged, task)
@@ -216,20 +205,6 @@ def _shape_test(shape: AnswerShape) -> Callable[[Any], bool]:
 # ----- well-formedness: exactly the format's shape (what answer_schema describes) -------------------
 
 
-def _strict_json(text: str) -> Any:
-    """The value of ``text`` as strict JSON, or of its one code fence; ``_FAILED`` otherwise."""
-    candidates = [text]
-    fences = list(_FENCE.finditer(text))
-    if len(fences) == 1 and fences[0].start() == 0 and fences[0].end() == len(text):
-        candidates.append(fences[0].group(1).strip())
-    for candidate in candidates:
-        try:
-            return json.loads(candidate)
-        except (ValueError, RecursionError):
-            continue
-    return _FAILED
-
-
 def _is_strings(value: Any) -> bool:
     return isinstance(value, list) and all(isinstance(item, str) for item in value)
 
@@ -250,8 +225,8 @@ def conforms(value: Any, shape: AnswerShape) -> bool:
 
 
 def _well_formed(text: str, shape: AnswerShape) -> bool:
-    value = _strict_json(text)
-    return value is not _FAILED and conforms(value, shape)
+    value = strict_json(text)
+    return value is not FAILED and conforms(value, shape)
 
 
 # ----- the completion prompt form ----------------------------------------------------------------
@@ -262,192 +237,6 @@ _NEXT_EXAMPLE = re.compile(r"\n[ \t]*(?:Text[ \t]*:|Now annotate this text)")
 
 def _cut_continuation(text: str) -> str:
     return _NEXT_EXAMPLE.split(text, maxsplit=1)[0].strip()
-
-
-# ----- finding candidate values ----------------------------------------------------------------
-
-
-def _complete_values(text: str) -> Iterator[Any]:
-    """Decoded values in order of preference: whole text, fenced blocks, bracketed segments."""
-    seen: set[str] = set()
-    sources = [text] + [m.group(1).strip() for m in _FENCE.finditer(text)][::-1]
-    segments = [text[start:end] for start, end in _top_level_segments(text)][::-1]
-    for source in sources + segments:
-        if source in seen:
-            continue
-        seen.add(source)
-        value = _decode(source)
-        if value is not _FAILED:
-            yield value
-
-
-def _top_level_segments(text: str) -> list[tuple[int, int]]:
-    """(start, end) of balanced ``[...]``/``{...}`` segments not nested in another one."""
-    segments, position = [], 0
-    while position < len(text) and len(segments) < _MAX_SEGMENTS:
-        if text[position] in "[{":
-            end = _matching_end(text, position)
-            if end is not None:
-                segments.append((position, end))
-                position = end
-                continue
-        position += 1
-    return segments
-
-
-def _matching_end(text: str, start: int) -> int | None:
-    """Index after the bracket closing the one at ``start``, skipping quoted strings."""
-    closers = {"[": "]", "{": "}"}
-    stack: list[str] = []
-    quote: str | None = None
-    position = start
-    while position < len(text):
-        char = text[position]
-        if quote:
-            if char == "\\":
-                position += 1
-            elif char == quote:
-                quote = None
-        elif char in "\"'":
-            if char == '"' or _opens_single_quoted(text, position):
-                quote = char
-        elif char in closers:
-            stack.append(closers[char])
-        elif char in "]}":
-            if not stack or stack.pop() != char:
-                return None
-            if not stack:
-                return position + 1
-        position += 1
-    return None
-
-
-def _opens_single_quoted(text: str, position: int) -> bool:
-    """A ``'`` starts a string only after a delimiter (so "it's" in prose is an apostrophe)."""
-    before = text[:position].rstrip()
-    return not before or before[-1] in "[{,:("
-
-
-def _salvaged_values(text: str) -> Iterator[Any]:
-    """Values recovered from an answer cut off mid-way (token limit): closed after the last
-    complete item."""
-    openings = [i for i, c in enumerate(text) if c in "[{" and _matching_end(text, i) is None]
-    for opening in openings[:_MAX_SALVAGE_OPENINGS]:
-        value = _close_after_last_item(text[opening:])
-        if value is not _FAILED:
-            yield value
-            return
-
-
-def _close_after_last_item(fragment: str) -> Any:
-    """Decode ``fragment`` cut after its last complete string or bracket, brackets closed."""
-    closers = {"[": "]", "{": "}"}
-    stack: list[str] = []
-    quote: str | None = None
-    cuts: list[tuple[int, str]] = []  # (end of fragment prefix, closing brackets it needs)
-    position = 0
-    while position < len(fragment):
-        char = fragment[position]
-        if quote:
-            if char == "\\":
-                position += 1
-            elif char == quote:
-                quote = None
-                cuts.append((position + 1, "".join(reversed(stack))))
-        elif char in "\"'":
-            if char == '"' or _opens_single_quoted(fragment, position):
-                quote = char
-        elif char in closers:
-            stack.append(closers[char])
-        elif char in "]}":
-            if stack:
-                stack.pop()
-            cuts.append((position + 1, "".join(reversed(stack))))
-        position += 1
-    for end, closing in reversed(cuts[-_MAX_SALVAGE_CUTS:]):
-        if not closing:
-            continue
-        value = _decode(fragment[:end].rstrip().rstrip(",") + closing)
-        if value is not _FAILED:
-            return value
-    return _FAILED
-
-
-# ----- decoding one candidate ---------------------------------------------------------------------
-
-_FAILED = object()
-
-
-def _decode(source: str) -> Any:
-    """JSON, then repaired JSON (single quotes, trailing commas, bare keys, Python literals),
-    then a Python literal, then the same with typographic quotes straightened."""
-    source = source.strip()
-    if not source or source[0] not in "[{":
-        return _FAILED
-    for candidate in (source, _straighten_quotes(source)):
-        try:
-            return json.loads(candidate, strict=False)
-        except (ValueError, RecursionError):
-            pass
-        try:
-            return json.loads(_repair(candidate), strict=False)
-        except (ValueError, RecursionError):
-            pass
-        try:
-            return _literal_eval(candidate)
-        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-            pass
-    return _FAILED
-
-
-def _literal_eval(source: str) -> Any:
-    """``ast.literal_eval`` without the warnings Python emits for odd escapes in model text."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return ast.literal_eval(source)
-
-
-def _straighten_quotes(text: str) -> str:
-    return text.translate(str.maketrans({"\u201c": '"', "\u201d": '"', "\u2018": "'", "\u2019": "'"}))
-
-
-def _repair(source: str) -> str:
-    """Rewrite Python-ish or sloppy JSON as JSON: strings re-quoted, fixes applied outside them."""
-    out: list[str] = []
-    outside: list[str] = []
-    position = 0
-
-    def flush() -> None:
-        chunk = "".join(outside)
-        chunk = _BARE_KEY.sub(lambda m: f'{m.group(1)}"{m.group(2)}"{m.group(3)}', chunk)
-        chunk = re.sub(r"\b(True|False|None)\b", lambda m: _PY_LITERALS[m.group(1)], chunk)
-        chunk = re.sub(r",(\s*[\]}])", r"\1", chunk)
-        out.append(chunk)
-        outside.clear()
-
-    while position < len(source):
-        char = source[position]
-        if char in "\"'" and (char == '"' or _opens_single_quoted(source, position)):
-            end = position + 1
-            while end < len(source) and source[end] != char:
-                end += 2 if source[end] == "\\" else 1
-            body = source[position + 1 : end]
-            flush()
-            out.append(json.dumps(_unescape(body, char)))
-            position = end + 1
-            continue
-        outside.append(char)
-        position += 1
-    flush()
-    return "".join(out)
-
-
-def _unescape(body: str, quote: str) -> str:
-    try:
-        value = _literal_eval(quote + body + quote)
-        return value if isinstance(value, str) else body
-    except (ValueError, SyntaxError):
-        return body.replace("\\" + quote, quote)
 
 
 # ----- interpreting a decoded value -----------------------------------------------------------------
@@ -511,7 +300,7 @@ def _find_list(value: Any, keys: tuple[str, ...], depth: int = 0) -> list | None
     if isinstance(value, list):
         return value
     if isinstance(value, str) and depth > 0:
-        decoded = _decode(value)
+        decoded = decode(value)
         return decoded if isinstance(decoded, list) else None
     if not isinstance(value, dict) or depth > 2:
         return None

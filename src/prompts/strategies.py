@@ -4,7 +4,9 @@ A strategy combines up to three reasoning types: inductive (few-shot exemplars),
 deductive (an explicit span definition) and abductive (candidates, reasoning steps,
 selection). Its name lists them with ``+`` (``I``, ``D``, ``A``, ``D+I``, ``A+I``,
 ``A+D``, ``A+D+I``); Hydra accepts these names as written (``strategy=A+D+I``).
-The configs in ``conf/strategy/`` are read with ``strategy_from_config``.
+The configs in ``conf/strategy/`` are read with ``strategy_from_config``; they hold only what
+can vary (``name``, ``k``, the generation budgets): the reasoning types a strategy combines
+and its "inductive+" group follow from its name.
 
 Strategy names, letters and parts come from :mod:`src.study` (``STRATEGY_ORDER``,
 ``REASONING_PARTS``, ``strategy_parts``); the reasoning texts and their order in the prompt
@@ -36,7 +38,9 @@ _LETTERS = {part.letter: part.name for part in REASONING_PARTS}
 #: exemplars, the answer format, the generation budget). Parts that only add text are
 #: read from the strategy's name (``Strategy.parts``).
 _FIELDS = ("inductive", "deductive", "abductive")
-_CONFIG_KEYS = ("name", "display_name", "components", "k", "inductive_plus", "max_tokens")
+#: Keys a ``conf/strategy`` file must set, and the optional ones.
+_CONFIG_KEYS = ("name", "k", "max_tokens")
+_OPTIONAL_CONFIG_KEYS = ("max_tokens_document",)
 
 
 @dataclass(frozen=True)
@@ -50,7 +54,6 @@ class Strategy:
     k: int = 0
     max_tokens: int = 512
     max_tokens_document: int = 1024
-    display_name: str = ""
 
     def __post_init__(self) -> None:
         if self.name not in STRATEGY_NAMES:
@@ -69,8 +72,6 @@ class Strategy:
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"strategy {self.name!r}: {key} must be a positive integer, got {value!r}")
-        if not self.display_name:
-            object.__setattr__(self, "display_name", self.name)
 
     @property
     def inductive_plus(self) -> bool:
@@ -105,34 +106,36 @@ def get_strategy(name: str, k: int | None = None) -> Strategy:
         raise ValueError(f"strategy {name!r} takes no exemplars; got k={k}")
     return Strategy(
         name=name,
-        k=k or 0,
+        k=0 if k is None else k,
         max_tokens=1024 if abductive else 512,
         max_tokens_document=2048 if abductive else 1024,
-        **components,
+        **{key: components[key] for key in _FIELDS},
     )
 
 
 def strategy_from_config(cfg: Mapping, where: str = "strategy config") -> Strategy:
-    """Validate a ``conf/strategy/*.yaml`` node (a mapping or DictConfig) into a Strategy."""
+    """Validate a ``conf/strategy/*.yaml`` node (a mapping or DictConfig) into a Strategy.
+
+    The reasoning types come from the name (:func:`components_of`); a key the file may not set
+    (such as ``components``, which the name already fixes) is an error, not silently ignored.
+    """
     missing = [key for key in _CONFIG_KEYS if key not in cfg]
     if missing:
         raise ValueError(f"{where}: missing key(s) {', '.join(missing)}")
-    components = cfg["components"]
-    for key in _FIELDS:
-        if not isinstance(components.get(key), bool):
-            raise ValueError(f"{where}: components.{key} must be true or false")
-    strategy = Strategy(
-        name=str(cfg["name"]),
-        display_name=str(cfg["display_name"]),
+    unknown = [str(key) for key in cfg if key not in _CONFIG_KEYS + _OPTIONAL_CONFIG_KEYS]
+    if unknown:
+        raise ValueError(
+            f"{where}: unknown key(s) {', '.join(unknown)} (a strategy file sets only "
+            f"{', '.join(_CONFIG_KEYS + _OPTIONAL_CONFIG_KEYS)}; its reasoning types follow from its name)"
+        )
+    name = str(cfg["name"])
+    return Strategy(
+        name=name,
         k=cfg["k"],
         max_tokens=cfg["max_tokens"],
         max_tokens_document=cfg.get("max_tokens_document", cfg["max_tokens"]),
-        **{key: bool(components[key]) for key in _FIELDS},
+        **{key: components_of(name)[key] for key in _FIELDS},
     )
-    flag = cfg["inductive_plus"]
-    if not isinstance(flag, bool) or flag != strategy.inductive_plus:
-        raise ValueError(f"{where}: inductive_plus must be {strategy.inductive_plus} for {strategy.name!r}")
-    return strategy
 
 
 def _check_call(strategy: Strategy, task: str, text: str, exemplars: Sequence[Record]) -> None:

@@ -11,12 +11,9 @@ from __future__ import annotations
 
 import json
 
-from src.study import TASK_LABELS, TASK_ORDER
+from src.study import REASONING_PARTS, TASK_LABELS, TASK_ORDER
 
 from .answer_schema import REASONING_KEY, TEXT_KEY, answer_shape
-
-#: The tasks and their gold labels, re-exported from :mod:`src.study` (the one definition).
-TASKS = TASK_ORDER
 
 #: How a task's targets are named inside the prompt text.
 TARGET_NOUN = {
@@ -165,6 +162,11 @@ REASONING_TEMPLATES: dict[str, dict[str, str] | str] = {
     "abductive": ABDUCTIVE,
     "inductive": INDUCTIVE,
 }
+if set(REASONING_TEMPLATES) != {part.name for part in REASONING_PARTS}:  # a part without a text would vanish
+    raise ValueError(
+        f"REASONING_TEMPLATES {sorted(REASONING_TEMPLATES)} must name exactly the reasoning parts of "
+        f"src.study.REASONING_PARTS {sorted(part.name for part in REASONING_PARTS)}"
+    )
 
 
 def reasoning_text(part: str, task: str) -> str:
@@ -260,7 +262,7 @@ def _study_output_format(task: str, abductive: bool, cue: str = "Output:") -> st
 
 #: The study's answer formats, keyed by (task, abductive).
 STUDY_OUTPUT_FORMATS = {
-    (task, abductive): _study_output_format(task, abductive) for task in TASKS for abductive in (False, True)
+    (task, abductive): _study_output_format(task, abductive) for task in TASK_ORDER for abductive in (False, True)
 }
 
 #: Both format sets, keyed by answer format then (task, abductive).

@@ -20,7 +20,7 @@ import pandas as pd
 
 from src import study as vocabulary
 from src.report import rq
-from src.report.loading import Study
+from src.report.loading import RunResults
 from src.report.provenance import is_dirty
 
 #: The two multiple-comparison families: RQ1-RQ3 over prompted configurations, and fine-tuned models among themselves.
@@ -41,7 +41,7 @@ class AnalysisSettings:
 class Analysis:
     """Every computed result the figures and the report draw from."""
 
-    study: Study
+    results: RunResults
     settings: AnalysisSettings
     dimensions: dict[str, list[str]]
     groups: dict[str, list[str]]
@@ -135,44 +135,47 @@ def provenance_table(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def run_analysis(
-    study: Study,
+    results: RunResults,
     resamples: int = 1000,
     seed: int = 0,
     alpha: float = 0.05,
     correction: str = "holm",
     dimensions: dict[str, list[str]] | None = None,
 ) -> Analysis:
-    """Compute RQ1-RQ3 and the fine-tuned comparisons from a loaded study (no file is written)."""
+    """Compute RQ1-RQ3 and the fine-tuned comparisons from loaded run results (no file is written)."""
     if correction not in rq.CORRECTIONS:
         raise ValueError(f"unknown correction {correction!r}; choose one of {sorted(rq.CORRECTIONS)}")
     timings = {}
     started = time.perf_counter()
     dimensions = dimensions if dimensions is not None else load_dimensions()
-    groups = strategy_groups(study.runs)
+    groups = strategy_groups(results.runs)
     prompted = set(groups["all"])
-    family = rq.comparison_family(PROMPTED, study.datasets, groups["all"], resamples, seed, alpha, correction)
-    finetuned_configs = [c for c in study.runs.index if study.runs.loc[c, "kind"] == "finetuned"]
-    finetuned = rq.comparison_family(FINETUNED, study.datasets, finetuned_configs, resamples, seed, alpha, correction)
+    family = rq.comparison_family(PROMPTED, results.datasets, groups["all"], resamples, seed, alpha, correction)
+    finetuned_configs = [c for c in results.runs.index if results.runs.loc[c, "kind"] == "finetuned"]
+    finetuned = rq.comparison_family(FINETUNED, results.datasets, finetuned_configs, resamples, seed, alpha, correction)
     timings["pairwise_tests_s"] = time.perf_counter() - started
     outcomes = family.outcomes
-    f1 = rq.score_table(study.scores, groups["all"])
+    f1 = rq.score_table(results.scores, groups["all"])
     links = rq.reference_links(list(outcomes["none"]))
     rq1 = pd.concat(
         [rq.rq1_transfer(outcomes[c], links, groups).assign(correction=c) for c in ("none", correction)],
         ignore_index=True,
     )
     strategy_pairs = pd.concat(
-        [rq.rq3_strategy_pairs(outcomes[c], study.runs, dimensions).assign(correction=c) for c in ("none", correction)],
+        [
+            rq.rq3_strategy_pairs(outcomes[c], results.runs, dimensions).assign(correction=c)
+            for c in ("none", correction)
+        ],
         ignore_index=True,
     )
     moe_tables, reason = [], None
     for c in ("none", correction):
-        table, reason = rq.rq3_dense_vs_moe(outcomes[c], study.runs, dimensions)
+        table, reason = rq.rq3_dense_vs_moe(outcomes[c], results.runs, dimensions)
         moe_tables.append(table.assign(correction=c) if not table.empty else table)
-    series = rq.size_series(study.runs)
-    curves, trend = rq.size_curves(f1, study.runs, series)
+    series = rq.size_series(results.runs)
+    curves, trend = rq.size_curves(f1, results.runs, series)
     analysis = Analysis(
-        study=study,
+        results=results,
         settings=AnalysisSettings(resamples, seed, alpha, correction),
         dimensions=dimensions,
         groups=groups,
@@ -187,8 +190,8 @@ def run_analysis(
         series=series,
         size_curves=curves,
         size_trend=trend,
-        errors=rq.error_breakdown(study.scores[study.scores["config"].isin(prompted)]),
-        provenance=provenance_table(study.runs),
+        errors=rq.error_breakdown(results.scores[results.scores["config"].isin(prompted)]),
+        provenance=provenance_table(results.runs),
         timings=timings,
     )
     timings["analysis_s"] = time.perf_counter() - started
@@ -295,7 +298,7 @@ def pairwise_long(family: rq.ComparisonFamily, correction: str) -> pd.DataFrame:
 
 def analysis_summary(analysis: Analysis) -> dict:
     """The headline numbers as JSON (DVC metrics), with each configuration's provenance; NaN becomes null."""
-    study = analysis.study
+    results = analysis.results
     rq1 = {}
     for row in analysis.rq1.itertuples(index=False):
         block = rq1.setdefault(row.correction, {}).setdefault(row.group, {})
@@ -344,8 +347,8 @@ def analysis_summary(analysis: Analysis) -> dict:
     }
     return _clean(
         {
-            "experiment": study.experiment_name,
-            "configurations": len(study.runs),
+            "experiment": results.experiment_name,
+            "configurations": len(results.runs),
             "prompted": len(analysis.groups["all"]),
             "finetuned": len(analysis.finetuned.configs),
             "datasets": list(analysis.tests),

@@ -23,6 +23,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
+from src.study import DATASETS  # noqa: E402
+
 if TYPE_CHECKING:
     from src.report.analysis import Analysis
     from src.report.rq import Correlation
@@ -204,7 +206,7 @@ def read_top_gold(stats_json: Path | None) -> dict[str, dict]:
         return {}
     stats = json.loads(Path(stats_json).read_text(encoding="utf-8"))
     out = {}
-    for task in ("timex", "eventx"):
+    for task in DATASETS["t2c"].tasks:
         for dataset in ("base", "t2c"):
             block = stats.get(task, {}).get(dataset) or {}
             if block.get("top_gold"):
@@ -215,7 +217,7 @@ def read_top_gold(stats_json: Path | None) -> dict[str, dict]:
 
 def top_labels(top_gold: Mapping[str, dict], stem: Path) -> list[Path]:
     """Most frequent gold strings of base vs clinical (t2c), per task, as shares of all gold spans."""
-    tasks = [t for t in ("timex", "eventx") if f"{t}/base" in top_gold and f"{t}/t2c" in top_gold]
+    tasks = [t for t in DATASETS["t2c"].tasks if f"{t}/base" in top_gold and f"{t}/t2c" in top_gold]
     if not tasks:
         return []
     fig, axes = plt.subplots(len(tasks), 2, figsize=(9, 3.4 * len(tasks)), squeeze=False)

@@ -21,13 +21,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from src.redact import without_userinfo
 from src.report.provenance import (
     check_data_versions,
     fetch_runs,
     read_summaries,
     run_name,
 )
-from src.study import DATASET_ORDER, FINETUNED, STRATEGY_ORDER, TASK_ORDER
+from src.study import DATASET_ORDER, FINETUNED, PRIMARY_METRIC, STRATEGY_ORDER, TASK_ORDER
 
 #: Strategies in table order, fine-tuned configurations last.
 CONFIG_STRATEGY_ORDER = (*STRATEGY_ORDER, FINETUNED)
@@ -102,7 +103,7 @@ class DatasetStats:
 
 
 @dataclass
-class Study:
+class RunResults:
     """Everything the analysis reads from one experiment.
 
     Attributes:
@@ -110,7 +111,7 @@ class Study:
         scores: one row per (config, task, dataset) with the logged metrics as columns.
         datasets: ``"task/dataset"`` -> per-configuration statistics.
         notes: facts about the input worth stating in the report (differing instance sets, gaps).
-        checked: the runs were read through summaries and their provenance checked (:func:`load_study`).
+        checked: the runs were read through summaries and their provenance checked (:func:`load_results`).
     """
 
     runs: pd.DataFrame
@@ -201,9 +202,9 @@ def metric_rows(config: str, metrics: Mapping[str, float]) -> list[dict]:
 
 def _check_artifact(artifact: Mapping[str, Any], where: str) -> tuple[list[str], np.ndarray]:
     ids = artifact.get("ids")
-    stats = (artifact.get("stats") or {}).get("lcs")
+    stats = (artifact.get("stats") or {}).get(PRIMARY_METRIC)
     if not isinstance(ids, list) or stats is None:
-        raise ValueError(f"{where}: a bootstrap artifact needs 'ids' and 'stats.lcs'")
+        raise ValueError(f"{where}: a bootstrap artifact needs 'ids' and 'stats.{PRIMARY_METRIC}'")
     array = np.asarray(stats, dtype=np.float64).reshape(-1, 3)
     if array.shape[0] != len(ids):
         raise ValueError(f"{where}: {len(ids)} ids but {array.shape[0]} rows of statistics")
@@ -273,17 +274,19 @@ def _instance_note(data: DatasetStats) -> str | None:
     )
 
 
-def build_study(
+def build_results(
     runs: list[dict],
     metrics: Mapping[str, Mapping[str, float]],
     artifacts: Mapping[str, Mapping[tuple[str, str], dict]],
     tracking_uri: str = "",
     experiment_name: str = "",
     experiment_id: str = "",
-) -> Study:
-    """Assemble a :class:`Study` from run rows, their metrics and their bootstrap artifacts."""
+) -> RunResults:
+    """Assemble a :class:`RunResults` from run rows, their metrics and their bootstrap artifacts."""
     if not runs:
-        raise ValueError(f"experiment {experiment_name!r} at {tracking_uri}: no configuration run to analyse")
+        raise ValueError(
+            f"experiment {experiment_name!r} at {without_userinfo(tracking_uri)}: no configuration run to analyse"
+        )
     frame = pd.DataFrame(runs)
     for column in ("run_id", "summary", *RUN_PARAM_COLUMNS):
         if column not in frame.columns:
@@ -311,7 +314,7 @@ def build_study(
     missing = [c for c in configs if not artifacts.get(c)]
     if missing:
         notes.append("No bootstrap artifacts (left out of the significance tests): " + ", ".join(missing) + ".")
-    return Study(run_table, scores, datasets, tracking_uri, experiment_name, experiment_id, notes)
+    return RunResults(run_table, scores, datasets, tracking_uri, experiment_name, experiment_id, notes)
 
 
 def scored_keys(metrics: Mapping[str, float]) -> set[str]:
@@ -319,9 +322,9 @@ def scored_keys(metrics: Mapping[str, float]) -> set[str]:
     return {f"{row['task']}/{row['dataset']}" for row in metric_rows("", metrics)}
 
 
-def load_study(
+def load_results(
     experiment: str, tracking_uri: str, summaries: Path | str = Path("summaries"), expected: Sequence[str] | None = None
-) -> Study:
+) -> RunResults:
     """Read exactly the runs the summary files under ``summaries`` name, fetched by id.
 
     Raises:
@@ -334,9 +337,10 @@ def load_study(
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # one bar per run floods the log
     listed = read_summaries(Path(summaries), expected)
     client = MlflowClient(tracking_uri)
+    shown_uri = without_userinfo(tracking_uri)  # what the report and its errors show: no credential
     found = client.get_experiment_by_name(experiment)
     if found is None:
-        raise ValueError(f"no MLflow experiment named {experiment!r} at {tracking_uri}")
+        raise ValueError(f"no MLflow experiment named {experiment!r} at {shown_uri}")
     runs = fetch_runs(client, listed, found.experiment_id, experiment)
     rows, metrics, artifacts = [], {}, {}
     for summary, run in zip(listed, runs):
@@ -349,6 +353,6 @@ def load_study(
             destination = Path(scratch) / run.info.run_id
             destination.mkdir()
             artifacts[run_name(run)] = read_bootstrap_artifacts(client, run.info.run_id, destination)
-    study = build_study(rows, metrics, artifacts, tracking_uri, experiment, found.experiment_id)
-    study.checked = True
-    return study
+    results = build_results(rows, metrics, artifacts, shown_uri, experiment, found.experiment_id)
+    results.checked = True
+    return results

@@ -19,7 +19,7 @@ ERROR_TYPES = ("missing", "spurious", "boundary")
 
 
 def f1_by_dataset(analysis: Analysis) -> pd.DataFrame:
-    scores = analysis.study.scores
+    scores = analysis.results.scores
     rows = [
         {
             "configuration_dataset": f"{r.config} {r.task}/{r.dataset}",

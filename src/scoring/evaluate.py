@@ -16,6 +16,7 @@ import numpy as np
 from src.data.schema import Record
 from src.scoring.metrics import ScoreResult, score_pairs
 from src.scoring.stats import bootstrap_f1, percentile_interval, resample_counts
+from src.study import PRIMARY_METRIC, PRIMARY_SCORER
 
 
 @dataclass
@@ -55,9 +56,9 @@ class DatasetEvaluation:
         prefix = f"{self.task}.{self.dataset}"
         summary = self.score.summary()
         out = {
-            f"{prefix}.f1": summary["lcs"]["f1"],
-            f"{prefix}.precision": summary["lcs"]["precision"],
-            f"{prefix}.recall": summary["lcs"]["recall"],
+            f"{prefix}.f1": summary[PRIMARY_METRIC]["f1"],
+            f"{prefix}.precision": summary[PRIMARY_METRIC]["precision"],
+            f"{prefix}.recall": summary[PRIMARY_METRIC]["recall"],
             f"{prefix}.strict_f1": summary["strict"]["f1"],
             f"{prefix}.relaxed_f1": summary["relaxed"]["f1"],
             f"{prefix}.f1_ci_low": self.ci95[0],
@@ -71,7 +72,7 @@ class DatasetEvaluation:
         for name, value in summary["errors"].items():
             out[f"{prefix}.errors.{name}"] = float(value)
         for label, result in self.score.per_label.items():
-            p, r, f = result.prf("lcs")
+            p, r, f = result.prf(PRIMARY_METRIC)
             out.update({f"{prefix}.{label}.f1": f, f"{prefix}.{label}.precision": p, f"{prefix}.{label}.recall": r})
         for variant, values in self.variant_metrics.items():
             out.update({f"{prefix}.{variant}.{name}": value for name, value in values.items()})
@@ -86,7 +87,9 @@ class DatasetEvaluation:
             "columns": ["matched", "n_pred", "n_gold"],
             "stats": {metric: values.tolist() for metric, values in self.score.stats.items()},
             "errors": {name: values.tolist() for name, values in self.score.errors.items()},
-            "per_label_stats": {label: result.stats["lcs"].tolist() for label, result in self.score.per_label.items()},
+            "per_label_stats": {
+                label: result.stats[PRIMARY_METRIC].tolist() for label, result in self.score.per_label.items()
+            },
             "resamples": self.resamples,
             "seed": self.seed,
             "bootstrap_f1": self.bootstrap_f1.round(6).tolist(),
@@ -116,7 +119,7 @@ def evaluate_dataset(
     if not records:
         raise ValueError(f"{task}/{dataset}: no instances to score")
     score = score_pairs([(r, o.predictions) for r, o in zip(records, outputs)], lowercase=lowercase)
-    samples = bootstrap_f1(score.stats["lcs"], resample_counts(len(records), resamples, seed))
+    samples = bootstrap_f1(score.stats[PRIMARY_METRIC], resample_counts(len(records), resamples, seed))
     low, high = percentile_interval(samples)
     failures = sum(1 for o in outputs if not o.parse_ok)
     variant_metrics, variant_stats = score_variants(
@@ -157,11 +160,11 @@ def score_variants(pairs, variants: Sequence[str], lowercase: bool) -> tuple[dic
     """Precision, recall and F1 of each extra scorer variant, and its per-instance statistics."""
     if not variants:
         return {}, {}
-    from src.scoring.variants import PRIMARY, score_variant
+    from src.scoring.variants import score_variant
 
     metrics, stats = {}, {}
     for variant in variants:
-        if variant == PRIMARY:
+        if variant == PRIMARY_SCORER:
             continue
         scored = score_variant(pairs, variant, lowercase=lowercase)
         precision, recall, f1 = scored.prf()

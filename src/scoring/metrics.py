@@ -46,10 +46,10 @@ from typing import Any
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-from src.data.schema import LABELS, Record, Span
+from src.data.schema import Record, Span
 from src.data.text import words
+from src.study import LABELS, METRICS, PRIMARY_METRIC
 
-METRICS = ("lcs", "strict", "relaxed")
 ERROR_TYPES = ("exact", "boundary", "missing", "spurious")
 
 
@@ -235,7 +235,7 @@ class ScoreResult:
     def __len__(self) -> int:
         return len(self.ids)
 
-    def prf(self, metric: str = "lcs") -> tuple[float, float, float]:
+    def prf(self, metric: str = PRIMARY_METRIC) -> tuple[float, float, float]:
         """Micro precision, recall and F1 of ``metric`` over the whole dataset."""
         p, r, f = precision_recall_f1(self.stats[metric].sum(axis=0))
         return float(p), float(r), float(f)
@@ -247,8 +247,8 @@ class ScoreResult:
             p, r, f = self.prf(metric)
             out[metric] = {"precision": p, "recall": r, "f1": f}
         out["errors"] = {name: int(values.sum()) for name, values in self.errors.items()}
-        out["n_pred"] = int(self.stats["lcs"][:, 1].sum())
-        out["n_gold"] = int(self.stats["lcs"][:, 2].sum())
+        out["n_pred"] = int(self.stats[PRIMARY_METRIC][:, 1].sum())
+        out["n_gold"] = int(self.stats[PRIMARY_METRIC][:, 2].sum())
         out["predictions_not_in_text"] = int(self.not_in_text.sum())
         return out
 
@@ -292,7 +292,7 @@ def score_pairs(pairs: Iterable[tuple[Record, Sequence[Any]]], lowercase: bool =
     return result
 
 
-def stack_stats(results: Sequence[ScoreResult], metric: str = "lcs") -> np.ndarray:
+def stack_stats(results: Sequence[ScoreResult], metric: str = PRIMARY_METRIC) -> np.ndarray:
     """Per-instance statistics of several systems on the same instances as one (S, N, 3) array.
 
     This is the input of ``src.scoring.stats.bootstrap_f1_matrix`` / ``all_pairs_bootstrap``.

@@ -13,8 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from src.data.schema import LABELS, DataError, Record, iter_jsonl, read_numbered_records, short_repr
+from src.data.schema import DataError, Record, iter_jsonl, read_numbered_records, short_repr
 from src.scoring.metrics import PredictedSpan, as_predicted_span
+from src.study import LABELS
 
 
 def read_gold(path: str | Path) -> list[tuple[int, Record]]:

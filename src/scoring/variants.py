@@ -1,12 +1,11 @@
-"""Scorer variants: the paper's metric (primary) beside the study's released scorer.
+"""Scorer variants computed: the paper's metric (primary), the study's released scorer, registered functions.
 
-One registry, :data:`VARIANTS`, drives scoring (:func:`score_variant`,
-:func:`score_all_variants`), the logged metric names (:func:`metric_names`,
-:func:`variant_metrics`) and the report columns (``VariantSpec.title``, in registry
-order); adding a variant is one entry (any combination of a ``unit`` and a
-``matching`` below).
+The registry (:mod:`src.scoring.scorer_registry`) says which scorers exist; this module
+computes them: :func:`score_all_variants` scores every requested scorer on a dataset
+(the ``unit`` x ``matching`` grid in bulk, a registered function instance by instance)
+and :func:`variant_metrics` names the results for MLflow.
 
-Every variant reduces an instance to four sufficient statistics
+Every scorer reduces an instance to four sufficient statistics
 ``(p_sum, r_sum, n_pred, n_gold)`` (:data:`STAT_COLUMNS`): micro precision
 ``sum(p_sum) / sum(n_pred)``, recall ``sum(r_sum) / sum(n_gold)``, F1 their harmonic
 mean. So every variant is bootstrapped like the primary metric
@@ -50,113 +49,25 @@ in 0.16-0.36 s.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from types import MappingProxyType
 from typing import Any
 
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
 from src.data.schema import Record
+from src.scoring import custom_scorers  # noqa: F401  (registers the project's function scorers)
 from src.scoring.metrics import ScoreResult, as_predicted_span, precision_recall_f1, score_instance
-
-STAT_COLUMNS = ("p_sum", "r_sum", "n_pred", "n_gold")
-UNITS = ("words", "tokens", "chars")
-MATCHINGS = ("joint", "separate", "best_of")
-PRIMARY = "paper"
-
-
-@dataclass(frozen=True)
-class VariantSpec:
-    """One scorer variant.
-
-    Attributes:
-        name: registry key, used in metric names (``{task}.{dataset}.{name}.f1``).
-        title: short report column header.
-        description: one line for reports and ``--help``.
-        unit: ``"words"`` (the paper's regex words and subsequence LCS over
-            ``max(|p|, |g|)``), ``"tokens"`` (lower-cased whitespace tokens) or ``"chars"``
-            (lower-cased characters); the latter two use the longest common contiguous run.
-        matching: ``"joint"`` (one Hungarian for P and R; the paper's), ``"separate"``
-            (one Hungarian on ``run/|p|`` for P, another on ``run/|g|`` for R) or
-            ``"best_of"`` (each side's best partner, not one-to-one).
-        primary: the project's headline metric (metric names without the variant).
-    """
-
-    name: str
-    title: str
-    description: str
-    unit: str
-    matching: str
-    primary: bool = False
-
-    def __post_init__(self) -> None:
-        if self.unit not in UNITS:
-            raise ValueError(f"variant {self.name!r}: unit must be one of {UNITS}, got {self.unit!r}")
-        if self.matching not in MATCHINGS:
-            raise ValueError(f"variant {self.name!r}: matching must be one of {MATCHINGS}, got {self.matching!r}")
-        if (self.unit == "words") != (self.matching == "joint"):
-            raise ValueError(f"variant {self.name!r}: 'words' goes with 'joint' matching only (the paper's metric)")
-
-
-VARIANTS: Mapping[str, VariantSpec] = MappingProxyType(
-    {
-        spec.name: spec
-        for spec in (
-            VariantSpec(
-                "paper",
-                "LCS F1 (paper)",
-                "paper's formula: word LCS / max length, one Hungarian matching for P and R",
-                "words",
-                "joint",
-                primary=True,
-            ),
-            VariantSpec(
-                "released",
-                "released token 1:1",
-                "released scorer: lower-cased whitespace tokens, longest common run, separate P and R Hungarians",
-                "tokens",
-                "separate",
-            ),
-            VariantSpec(
-                "released_best",
-                "released token best-of",
-                "released scorer: lower-cased whitespace tokens, longest common run, best partner per span",
-                "tokens",
-                "best_of",
-            ),
-            VariantSpec(
-                "released_char",
-                "released char 1:1",
-                "released scorer: lower-cased characters, longest common substring, separate P and R Hungarians",
-                "chars",
-                "separate",
-            ),
-            VariantSpec(
-                "released_char_best",
-                "released char best-of",
-                "released scorer: lower-cased characters, longest common substring, best partner per span",
-                "chars",
-                "best_of",
-            ),
-        )
-    }
+from src.scoring.scorer_registry import (
+    STAT_COLUMNS,
+    VARIANTS,
+    VariantSpec,
+    get_variant,
+    metric_names,
+    metric_prefix,
 )
-
-
-def get_variant(variant: str | VariantSpec) -> VariantSpec:
-    """The spec of ``variant`` (a name of :data:`VARIANTS` or a spec, returned as is).
-
-    Raises:
-        KeyError: an unknown name (the message lists the known ones).
-    """
-    if isinstance(variant, VariantSpec):
-        return variant
-    try:
-        return VARIANTS[variant]
-    except KeyError:
-        raise KeyError(f"unknown scorer variant {variant!r}; known: {', '.join(VARIANTS)}") from None
+from src.study import PRIMARY_METRIC, PRIMARY_SCORER
 
 
 @dataclass
@@ -241,6 +152,12 @@ def _prepare(pairs: Iterable[tuple[Record, Sequence[Any]]]) -> list[tuple[Record
     return [(record, [as_predicted_span(p) for p in preds]) for record, preds in pairs]
 
 
+def _function_stats(prepared: list[tuple[Record, list]], function: Callable, lowercase: bool) -> np.ndarray:
+    """(N, 4) statistics of a registered function scorer, one call per instance."""
+    rows = [function(record, preds, lowercase) for record, preds in prepared]
+    return np.asarray(rows, dtype=np.float64).reshape(len(prepared), len(STAT_COLUMNS))
+
+
 def _paper_stats(prepared: list[tuple[Record, list]], lowercase: bool) -> np.ndarray:
     stats = np.zeros((len(prepared), 4))
     for row, (record, preds) in enumerate(prepared):
@@ -251,8 +168,8 @@ def _paper_stats(prepared: list[tuple[Record, list]], lowercase: bool) -> np.nda
 
 def paper_variant_score(result: ScoreResult) -> VariantScore:
     """The ``paper`` variant from an existing ``score_pairs`` result (no re-scoring)."""
-    lcs = np.asarray(result.stats["lcs"], dtype=np.float64)
-    return VariantScore(PRIMARY, list(result.ids), np.column_stack([lcs[:, 0], lcs]))
+    lcs = np.asarray(result.stats[PRIMARY_METRIC], dtype=np.float64)
+    return VariantScore(PRIMARY_SCORER, list(result.ids), np.column_stack([lcs[:, 0], lcs]))
 
 
 class _Units:
@@ -380,12 +297,14 @@ def score_all_variants(
     ids = [record.id for record, _ in prepared]
     by_unit: dict[str, list[str]] = {}
     for spec in specs:
-        if spec.unit != "words":
+        if spec.instance_stats is None and spec.unit != "words":
             by_unit.setdefault(spec.unit, []).append(spec.matching)
     released = {unit: _released_stats(prepared, unit, matchings) for unit, matchings in by_unit.items()}
     out: dict[str, VariantScore] = {}
     for spec in specs:
-        if spec.unit == "words":
+        if spec.instance_stats is not None:
+            stats = _function_stats(prepared, spec.instance_stats, lowercase)
+        elif spec.unit == "words":
             if paper_result is not None:
                 if paper_result.ids != ids:
                     raise ValueError("paper_result is not scored on these pairs (ids differ)")
@@ -406,19 +325,7 @@ def score_variant(
     return score_all_variants(pairs, [spec], lowercase)[spec.name]
 
 
-# --- names -----------------------------------------------------------------------------------
-
-
-def metric_prefix(task: str, dataset: str, variant: str | VariantSpec) -> str:
-    """``{task}.{dataset}`` for the primary variant, ``{task}.{dataset}.{variant}`` otherwise."""
-    spec = get_variant(variant)
-    return f"{task}.{dataset}" if spec.primary else f"{task}.{dataset}.{spec.name}"
-
-
-def metric_names(task: str, dataset: str, variant: str | VariantSpec) -> dict[str, str]:
-    """MLflow metric names of a variant: ``{"f1": ..., "precision": ..., "recall": ...}``."""
-    prefix = metric_prefix(task, dataset, variant)
-    return {stat: f"{prefix}.{stat}" for stat in ("f1", "precision", "recall")}
+# --- metrics ---------------------------------------------------------------------------------
 
 
 def variant_metrics(
@@ -437,9 +344,3 @@ def variant_metrics(
             prefix = metric_prefix(task, dataset, name)
             out[f"{prefix}.f1_ci_low"], out[f"{prefix}.f1_ci_high"] = (float(v) for v in ci[name])
     return out
-
-
-def report_columns(variants: Iterable[str | VariantSpec] | None = None) -> list[tuple[str, str]]:
-    """(name, title) of each variant in registry order: the report's F1 columns."""
-    specs = [get_variant(v) for v in (VARIANTS.values() if variants is None else variants)]
-    return [(spec.name, spec.title) for spec in specs]

@@ -14,11 +14,10 @@ from pathlib import Path
 import pytest
 
 from src.backends.base import ChatRequest, GenerationResult
-from src.backends.cache import CachedBackend, ResponseCache, cache_key, cache_key_fields
+from src.backends.cache import CachedBackend, ResponseCache, cache_key, cache_key_fields, entry_checksum
 from src.backends.openai_backend import OpenAIBackend
-from tests.backends.fake_openai_server import FakeOpenAIServer
-
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
+from tests.helpers.openai_server import FakeOpenAIServer
+from tests.helpers.paths import REPO_ROOT
 
 
 class CountingBackend:
@@ -210,7 +209,7 @@ for round_number in range(rounds):
 def test_concurrent_writers_leave_a_consistent_cache(tmp_path):
     workers, rounds = 4, 25
     processes = [
-        subprocess.Popen([sys.executable, "-c", WRITER_SCRIPT, str(tmp_path), str(w), str(rounds)], cwd=PROJECT_ROOT)
+        subprocess.Popen([sys.executable, "-c", WRITER_SCRIPT, str(tmp_path), str(w), str(rounds)], cwd=REPO_ROOT)
         for w in range(workers)
     ]
     assert [process.wait(timeout=60) for process in processes] == [0] * workers
@@ -239,7 +238,7 @@ backend = OpenAIBackend(model_id="m", base_url="{server.base_url}", max_concurre
 requests = [ChatRequest((("user", f"item {{i}}"),), request_id=str(i)) for i in range({total})]
 CachedBackend(backend, ResponseCache(sys.argv[1])).generate(requests)
 """
-        child = subprocess.Popen([sys.executable, "-c", script, str(tmp_path)], cwd=PROJECT_ROOT)
+        child = subprocess.Popen([sys.executable, "-c", script, str(tmp_path)], cwd=REPO_ROOT)
         cache = ResponseCache(tmp_path)
         deadline = time.monotonic() + 60
         while len(cache) < 6 and time.monotonic() < deadline and child.poll() is None:
@@ -274,3 +273,115 @@ def test_results_are_stored_as_they_complete(tmp_path, raise_after):
     with pytest.raises(KeyboardInterrupt):
         CachedBackend(inner, cache).generate([request(str(i)) for i in range(8)], on_result=crash)
     assert len(cache) == raise_after
+
+
+def test_the_cache_key_of_an_existing_entry_never_changes():
+    """Pinned: entries already on disk (the committed pipeline's cache) must keep hitting."""
+    chat = ChatRequest((("system", "Extract."), ("user", "He left on Friday .")), max_tokens=64, request_id="x")
+    identity = {"base_url": "https://openrouter.ai/api/v1", "extra_body": {}}
+    assert cache_key(cache_key_fields("openai", "qwen/qwen-2.5-7b-instruct", identity, chat)) == PINNED_OPENAI_KEY
+    local = replace(chat, response_schema='{"type":"array"}', completion=False, stop_at_repeat="$")
+    assert cache_key(cache_key_fields("llamacpp", "m", {"gguf_file": "m.gguf"}, local)) == PINNED_LOCAL_KEY
+
+
+PINNED_OPENAI_KEY = "a637ffcc559175f0eda14974613c6e91cae15c811025a294f9be719389b141a9"
+PINNED_LOCAL_KEY = "fccd0eb65684a13d7fc3ec8e5e346dfe0d339fed37719259257db98d80f28c7e"
+
+
+def _stored(cache: ResponseCache, key: str) -> dict:
+    return json.loads(cache.path(key).read_text())
+
+
+def test_every_entry_carries_a_checksum_and_an_edited_entry_is_a_miss(tmp_path, caplog):
+    inner = CountingBackend()
+    cache = ResponseCache(tmp_path)
+    cached = CachedBackend(inner, cache)
+    req = request("x")
+    key = cache_key(cached.key_fields(req))
+    cached.generate([req])
+    entry = _stored(cache, key)
+    assert entry["checksum"] == entry_checksum(entry) and len(entry["checksum"]) == 64
+    entry["text"] = "a better answer"  # edited by hand; the checksum no longer matches
+    cache.path(key).write_text(json.dumps(entry))
+    assert cache.get(key) is None
+    assert f"ignoring cache entry {cache.path(key)}: its checksum does not match" in caplog.text
+    (again,) = cached.generate([req])
+    assert not again.cached and again.text == "answer to x" and len(inner.sent) == 2
+    assert _stored(cache, key)["text"] == "answer to x"
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [("usage", "garbage"), ("usage", {"cost": "free"}), ("latency_s", "slow"), ("finish_reason", 3), ("served", [])],
+)
+def test_a_wrong_typed_entry_is_a_miss_with_one_warning_naming_the_file(tmp_path, caplog, field, value):
+    inner = CountingBackend()
+    cache = ResponseCache(tmp_path)
+    cached = CachedBackend(inner, cache)
+    req = request("x")
+    fields = cached.key_fields(req)
+    key = cache_key(fields)
+    cache.path(key).parent.mkdir(parents=True)
+    legacy = {"fields": fields, "text": "old", "usage": {}, "latency_s": 0.1, field: value}  # no checksum
+    cache.path(key).write_text(json.dumps(legacy))
+    assert cache.get(key, fields) is None and cache.get(key, fields) is None
+    assert caplog.text.count(str(cache.path(key))) == 1
+    assert f"field {field!r} has the wrong type" in caplog.text
+    (result,) = cached.generate([req])
+    assert result.text == "answer to x" and not result.cached
+
+
+def test_an_entry_written_before_checksums_still_hits(tmp_path):
+    inner = CountingBackend()
+    cache = ResponseCache(tmp_path)
+    cached = CachedBackend(inner, cache)
+    req = request("x")
+    fields = cached.key_fields(req)
+    cache.path(cache_key(fields)).parent.mkdir(parents=True)
+    legacy = {"fields": fields, "text": "old", "usage": {"completion_tokens": 1}, "latency_s": 0.1, "created": 1.0}
+    cache.path(cache_key(fields)).write_text(json.dumps(legacy, sort_keys=True))
+    (hit,) = cached.generate([req])
+    assert hit.cached and hit.text == "old" and hit.served == {} and inner.sent == []
+
+
+class ScriptedBackend(CountingBackend):
+    """Answers each request with the (text, finish_reason, served) its content names."""
+
+    def __init__(self, script: dict):
+        super().__init__()
+        self.script = script
+
+    def generate(self, requests, progress=None, on_result=None):
+        results = []
+        for index, req in enumerate(requests):
+            self.sent.append(req)
+            text, finish_reason, served = self.script[req.messages[-1][1]]
+            result = GenerationResult(req, text, finish_reason=finish_reason, served=served)
+            if on_result is not None:
+                on_result(index, result)
+            results.append(result)
+        return results
+
+
+def test_only_answers_are_cached_with_what_served_them(tmp_path):
+    script = {
+        "ok": ("[1]", "stop", {"model": "m", "provider": "P"}),
+        "empty": ("", "stop", {}),
+        "cut": ("", "length", {}),
+        "blank-unknown": ("  ", None, {}),
+        "errored": ("[2]", "error", {}),
+        "filtered": ("[]", "content_filter", {}),
+    }
+    cache = ResponseCache(tmp_path)
+    cached = CachedBackend(ScriptedBackend(script), cache)
+    cached.generate([request(name) for name in script])
+    stored = {
+        entry["fields"]["messages"][0][1]: entry
+        for entry in map(json.loads, map(Path.read_text, tmp_path.glob("??/*.json")))
+    }
+    assert sorted(stored) == ["cut", "empty", "ok"]
+    assert stored["ok"]["served"] == {"model": "m", "provider": "P"}
+    (hit,) = cached.generate([request("ok")])
+    assert hit.cached and hit.served == {"model": "m", "provider": "P"}
+    with pytest.raises(ValueError, match="no answer"):
+        cache.put("ab" * 32, {}, "x", {}, 0.0, "error")

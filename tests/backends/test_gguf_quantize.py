@@ -99,10 +99,10 @@ def test_the_requantized_model_answers_the_same_with_and_without_prefix_reuse(tm
     """Q4_0 runs through llama.cpp's repacked kernels, whose prompt batches differ in size with
     and without reuse: the answers must not depend on it (they are cached and resumed)."""
     from src.backends import create_backend
-    from tests.backends.test_llamacpp_backend import ARRAY_SCHEMA, _strategy_requests
+    from tests.helpers.llamacpp_requests import ARRAY_SCHEMA, strategy_requests
 
     options = {"model_id": "smollm2-135m-gguf", "n_ctx": 2048, "workers": 1, "requantize": "Q4_0"}
-    requests = _strategy_requests(schema=ARRAY_SCHEMA) + _strategy_requests(task="eventx", schema=ARRAY_SCHEMA)
+    requests = strategy_requests(schema=ARRAY_SCHEMA) + strategy_requests(task="eventx", schema=ARRAY_SCHEMA)
     reused = create_backend("llamacpp", requantize_dir=str(tmp_path), **options).generate(requests)
     fresh = create_backend("llamacpp", requantize_dir=str(tmp_path), prefix_reuse=False, **options)
     alone = [fresh.generate([request])[0] for request in reversed(requests)][::-1]

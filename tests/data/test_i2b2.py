@@ -8,7 +8,7 @@ import pytest
 
 from src.data.i2b2 import escape_bare_ampersands, read_i2b2, read_i2b2_dir
 from src.data.schema import DataError, check_spans
-from tests.data import FIXTURES
+from tests.helpers.paths import FIXTURES
 
 
 def test_fixture_reads_spans_at_their_offsets():

@@ -9,24 +9,25 @@ from pathlib import Path
 import pytest
 import yaml
 
-from src.data.prepare import TASKS, build_datasets, write_datasets
+from src.data.prepare import build_datasets, write_datasets
 from src.data.schema import Document, Span, read_records
 from src.data.segment import merge_crossing
 from src.data.splits import sample_in_order, split_documents, subset_by_id
+from src.study import TASK_ORDER as TASKS
+from tests.helpers.paths import REPO_ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
-PARAMS = yaml.safe_load((ROOT / "params.yaml").read_text())
+PARAMS = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())
 NAMES = ("train", "val", "base", "len", "t2c")
 
 pytestmark = pytest.mark.skipif(
-    not (ROOT / "data/raw/timebank-1.2").is_dir(), reason="data/raw not pulled (dvc pull data.dvc)"
+    not (REPO_ROOT / "data/raw/timebank-1.2").is_dir(), reason="data/raw not pulled (dvc pull data.dvc)"
 )
 
 
 def _cfg() -> dict:
     cfg = copy.deepcopy(PARAMS)
     for key in ("timebank_dir", "aquaint_dir", "e3c_dir"):
-        cfg["data"][key] = str(ROOT / cfg["data"][key])
+        cfg["data"][key] = str(REPO_ROOT / cfg["data"][key])
     return cfg
 
 
@@ -63,7 +64,7 @@ def test_splits_are_disjoint_by_document(prepared):
 
 def test_caps_and_sizes_follow_the_study(prepared):
     stats = json.loads((prepared / "stats.json").read_text())
-    cap = PARAMS["data"]["test_max_instances"]
+    cap = PARAMS["data"]["base_max_instances"]
     for task in TASKS:
         assert stats[task]["base"]["instances"] == cap
         assert stats[task]["len"]["instances"] <= PARAMS["data"]["len_max_documents"]
@@ -101,7 +102,7 @@ def test_split_documents_is_seeded_and_order_free():
     a = split_documents(ids, 0.1, 0.4, seed=1)
     assert a == split_documents(list(reversed(ids)), 0.1, 0.4, seed=1)
     assert a != split_documents(ids, 0.1, 0.4, seed=2)
-    assert (len(a["test"]), len(a["val"]), len(a["train"])) == (20, 5, 25)
+    assert (len(a["base"]), len(a["val"]), len(a["train"])) == (20, 5, 25)
     with pytest.raises(ValueError):
         split_documents(ids, 0.6, 0.5, seed=1)
 

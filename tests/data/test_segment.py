@@ -17,7 +17,7 @@ from src.data.segment import (
     segmenter_view,
 )
 from src.data.timeml import read_timeml_dir
-from tests.data import FIXTURES, RAW, requires_raw
+from tests.helpers.paths import FIXTURES, RAW, requires_raw
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ import pytest
 
 from src.data.schema import DataError, check_spans
 from src.data.timeml import read_timeml, read_timeml_dir
-from tests.data import FIXTURES, RAW, requires_raw
+from tests.helpers.paths import FIXTURES, RAW, requires_raw
 
 
 def spans_by_label(document):

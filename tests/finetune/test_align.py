@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 
 from src.finetune.align import IGNORE_INDEX, align_labels, encode_tagged, first_piece_positions
-
-from .conftest import minilm_folder
+from tests.helpers.finetune_data import minilm_folder
 
 LABEL2ID = {"O": 0, "B-T": 1, "I-T": 2}
 WORDS = ["Unbelievably", ",", "the", "meeting", "lasted", "until", "Friday", "1998", "."]

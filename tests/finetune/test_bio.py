@@ -8,8 +8,9 @@ import pytest
 
 from src.data.schema import Record, Span, read_records
 from src.finetune.bio import bio_to_spans, non_overlapping, record_to_bio, span_label_for_task, tag_set
+from tests.helpers.paths import REPO_ROOT, requires_raw
 
-PREPARED = Path(__file__).resolve().parents[2] / "data" / "prepared"
+PREPARED = REPO_ROOT / "data" / "prepared"
 
 
 def round_trip(record: Record, label: str) -> list[Span]:
@@ -103,10 +104,7 @@ def test_round_trip_on_prepared_data(path):
     assert not failures, f"{len(failures)} records of {path} do not round-trip, e.g. {failures[:5]}"
 
 
-RAW = Path(__file__).resolve().parents[2] / "data" / "raw" / "timebank-1.2"
-
-
-@pytest.mark.skipif(not RAW.is_dir(), reason="data/raw not pulled (dvc pull data.dvc)")
+@requires_raw("timebank-1.2")
 def test_round_trip_on_freshly_prepared_data():
     """The same check on datasets built from the raw corpora, so it runs on a fresh clone too."""
     import copy
@@ -115,11 +113,10 @@ def test_round_trip_on_freshly_prepared_data():
 
     from src.data.prepare import build_datasets
 
-    root = RAW.parents[2]
-    params = yaml.safe_load((root / "params.yaml").read_text())
+    params = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())
     cfg = copy.deepcopy(params)
     for key in ("timebank_dir", "aquaint_dir", "e3c_dir"):
-        cfg["data"][key] = str(root / cfg["data"][key])
+        cfg["data"][key] = str(REPO_ROOT / cfg["data"][key])
     failures = []
     for (task, name), records in build_datasets(cfg, params["seed"]).items():
         if task == "comp":

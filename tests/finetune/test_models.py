@@ -10,10 +10,8 @@ from pathlib import Path
 import pytest
 
 from src.finetune.models import MODEL_SPECS, ModelSpec, _from_pretrained, get_spec, resolve_location
-
-from .conftest import make_records
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.helpers.finetune_data import make_synthetic_records
+from tests.helpers.paths import REPO_ROOT
 
 
 @pytest.fixture(autouse=True)
@@ -64,7 +62,9 @@ def test_hub_model_without_cache_fails_clearly(tmp_path):
     """With the hub off and an empty cache, a hub model's loading says what to do."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path)}
     code = "from src.finetune.models import get_spec, load_tokenizer; load_tokenizer(get_spec('roberta-base'))"
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode != 0
     assert "RuntimeError" in done.stderr and "use an offline model" in done.stderr
 
@@ -103,7 +103,7 @@ def test_smollm2_gguf_trains_as_a_token_classifier(tmp_path):
     model = load_model(spec, ["O", "B-T", "I-T"], tokenizer)
     assert isinstance(model, LlamaForTokenClassification)
     assert model.config.pad_token_id == tokenizer.pad_token_id == tokenizer.eos_token_id
-    records = make_records(24, seed=3)
+    records = make_synthetic_records(24, seed=3)
     config = load_config(
         overrides={
             "learning_rate": 1e-4,

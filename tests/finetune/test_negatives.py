@@ -7,20 +7,21 @@ from pathlib import Path
 import pytest
 import yaml
 
-from src.data.schema import Record, Span, read_records
+from src.data.schema import Record, read_records
 from src.finetune.negatives import negative_sentences, sentence_pool, with_negatives
+from tests.helpers.paths import REPO_ROOT
+from tests.helpers.records import make_record
 
-ROOT = Path(__file__).resolve().parents[2]
-PARAMS = ROOT / "params.yaml"
+PARAMS = REPO_ROOT / "params.yaml"
 
 
 def project_params(**data_changes) -> dict:
     """params.yaml with every corpus and data path absolute (tests may run from any folder)."""
     params = yaml.safe_load(PARAMS.read_text(encoding="utf-8"))
-    params["paths"] = {**params["paths"], "prepared": str(ROOT / params["paths"]["prepared"])}
+    params["paths"] = {**params["paths"], "prepared": str(REPO_ROOT / params["paths"]["prepared"])}
     data = dict(params["data"])
     for key in ("timebank_dir", "aquaint_dir", "e3c_dir"):
-        data[key] = str(ROOT / data[key])
+        data[key] = str(REPO_ROOT / data[key])
     params["data"] = {**data, **data_changes}
     return params
 
@@ -41,7 +42,7 @@ def params(tmp_path_factory) -> dict:
         params_file.write_text(yaml.safe_dump(values), encoding="utf-8")
         subprocess.run(
             [sys.executable, "-m", "src.data.prepare", "--params", str(params_file)],
-            cwd=ROOT,
+            cwd=REPO_ROOT,
             check=True,
             capture_output=True,
             timeout=600,
@@ -89,9 +90,8 @@ def test_a_prepared_file_from_other_parameters_is_refused(params):
 
 def test_with_negatives_keeps_document_order_and_limits_by_positive():
     def record(doc: str, index: int, target: bool) -> Record:
-        text = "on Monday" if target else "nothing here"
-        spans = [Span(3, 9, "Monday", "TIMEX")] if target else []
-        return Record(f"{doc}#s{index}", doc, text, spans, "t")
+        text, spans = ("on Monday", ["Monday"]) if target else ("nothing here", [])
+        return make_record(f"{doc}#s{index}", text, spans, source="t")
 
     positives = [record("a", 0, True), record("a", 10, True), record("b", 1, True)]
     negatives = [record("a", 2, False), record("b", 0, False), record("c", 0, False)]

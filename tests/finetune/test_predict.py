@@ -10,8 +10,7 @@ import pytest
 from src.data.schema import Record, write_records
 from src.finetune import predict as predict_module
 from src.finetune.predict import TokenClassifier
-
-from .test_windows import long_document
+from tests.helpers.finetune_data import long_document
 
 
 @pytest.fixture(autouse=True)

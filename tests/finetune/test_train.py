@@ -13,10 +13,10 @@ import yaml
 
 from src.data.schema import write_records
 from src.finetune.align import EncodedSentence
-from src.finetune.train import TrainConfig, load_config, make_compute_metrics, make_config, parse_overrides, schedule
-from src.params import PARAMS_FILE
-
-from .conftest import make_records
+from src.finetune.hf_trainer import make_compute_metrics
+from src.finetune.train_config import TrainConfig, load_config, make_config, parse_overrides, schedule
+from src.params import PARAMS_FILE, load_params
+from tests.helpers.finetune_data import LOCAL, make_synthetic_records, project_block, train_config
 
 PREPARED = PARAMS_FILE.parent / "data" / "prepared"
 
@@ -35,22 +35,6 @@ def restore_threads():
     threads = torch.get_num_threads()
     yield
     torch.set_num_threads(threads)
-
-
-# Tests set these two themselves, so they hold whatever params.yaml says (checked separately).
-LOCAL = {"include_negatives": False, "report_to": "none"}
-
-
-def project_block() -> dict:
-    """The project's finetune block without the per-model mapping (the values tests start from)."""
-    block = dict(yaml.safe_load(PARAMS_FILE.read_text(encoding="utf-8"))["finetune"])
-    block.pop("models", None)
-    return block
-
-
-def train_config(**values) -> TrainConfig:
-    """The project's values, then ``values``: what a test trains with."""
-    return make_config({"seed": 13, "data_dir": "data/prepared"}, project_block(), LOCAL, values, where="test")
 
 
 def write_params(path: Path, text: str) -> Path:
@@ -159,7 +143,7 @@ def test_schedule_caps_warmup_and_evaluation_for_small_data():
 def test_negatives_need_the_prepared_files(tmp_path):
     from src.finetune.train import run
 
-    write_records(tmp_path / "train.jsonl", make_records(8))
+    write_records(tmp_path / "train.jsonl", make_synthetic_records(8))
     with pytest.raises(ValueError, match="include_negatives=false"):
         run(
             "minilm",
@@ -191,7 +175,7 @@ def test_tiny_training_run_lowers_the_loss_and_writes_a_loadable_checkpoint(tmp_
     from src.finetune.predict import TokenClassifier
     from src.finetune.train import main
 
-    records = make_records(80, seed=1)
+    records = make_synthetic_records(80, seed=1)
     write_records(tmp_path / "train.jsonl", records[:64])
     write_records(tmp_path / "val.jsonl", records[64:])
     out = tmp_path / "minilm-timex"
@@ -245,10 +229,9 @@ def test_tiny_training_run_lowers_the_loss_and_writes_a_loadable_checkpoint(tmp_
     assert not (out / "checkpoints").exists()
 
     # the O weight kept is the grid point with the best validation LCS F1 (ties: the smaller weight)
-    from src.finetune.train import OUTSIDE_BIAS_GRID
-
     by_bias = summary["val_lcs_f1_by_outside_bias"]
-    assert sorted(by_bias) == sorted(f"{b:g}" for b in OUTSIDE_BIAS_GRID)
+    grid = load_params()["finetune"]["outside_bias_grid"]
+    assert sorted(by_bias) == sorted(f"{b:g}" for b in grid)
     best = max(by_bias.values())
     assert by_bias[f"{summary['outside_bias']:g}"] == best
     assert abs(summary["outside_bias"]) == min(abs(float(b)) for b, f1 in by_bias.items() if f1 == best)
@@ -270,7 +253,7 @@ def test_training_is_deterministic_given_the_seed(tmp_path, tiny_checkpoint):
 
     from src.finetune.train import train_classifier
 
-    records = make_records(40, seed=2)
+    records = make_synthetic_records(40, seed=2)
     config = train_config(
         learning_rate=1e-3, train_batch_size=8, num_train_epochs=2, logging_steps=1, max_length=24, seed=5
     )
@@ -295,12 +278,13 @@ def test_a_training_run_lands_in_mlflow_with_params_metrics_and_the_weights_hash
     import mlflow
     from transformers import AutoModelForTokenClassification, AutoTokenizer
 
-    from src.finetune.train import RUN_FILE, train_classifier, weights_digest
+    from src.finetune.mlflow_logging import RUN_FILE, weights_digest
+    from src.finetune.train import train_classifier
 
     monkeypatch.chdir(tmp_path)  # an sqlite store outside mlruns/ puts artifacts under ./mlruns
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)  # the store src.tracking.tracking_uri() picks
-    records = make_records(40, seed=4)
+    records = make_synthetic_records(40, seed=4)
     write_records(tmp_path / "train.jsonl", records[:32])
     write_records(tmp_path / "val.jsonl", records[32:])
     config = train_config(
@@ -347,12 +331,13 @@ def test_a_training_run_lands_in_mlflow_with_params_metrics_and_the_weights_hash
 def test_an_untracked_run_writes_no_run_link(tmp_path, tiny_checkpoint):
     from transformers import AutoModelForTokenClassification, AutoTokenizer
 
-    from src.finetune.train import RUN_FILE, train_classifier
+    from src.finetune.mlflow_logging import RUN_FILE
+    from src.finetune.train import train_classifier
 
     out = tmp_path / "out"
     out.mkdir()
     (out / RUN_FILE).write_text("{}")  # a stale link from an earlier run is removed
-    records = make_records(24, seed=5)
+    records = make_synthetic_records(24, seed=5)
     config = train_config(learning_rate=1e-3, train_batch_size=8, max_steps=2, logging_steps=1, max_length=24)
     model = AutoModelForTokenClassification.from_pretrained(tiny_checkpoint)
     tokenizer = AutoTokenizer.from_pretrained(tiny_checkpoint)
@@ -364,7 +349,7 @@ def test_an_untracked_run_writes_no_run_link(tmp_path, tiny_checkpoint):
 def test_an_interrupted_training_closes_its_run_as_killed(tmp_path, monkeypatch):
     import mlflow
 
-    from src.finetune.train import training_run
+    from src.finetune.mlflow_logging import training_run
 
     monkeypatch.chdir(tmp_path)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
@@ -383,10 +368,11 @@ def test_length_grouped_training_evaluates_in_the_validation_order(tmp_path, tin
     must see the validation sentences in their order."""
     from transformers import AutoModelForTokenClassification, AutoTokenizer, DataCollatorForTokenClassification, Trainer
 
-    from src.finetune.train import _SentenceDataset, encode_records, in_order_trainer_class, training_arguments
+    from src.finetune.hf_trainer import SentenceDataset as _SentenceDataset
+    from src.finetune.hf_trainer import encode_records, in_order_trainer_class, training_arguments
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_checkpoint)
-    encoded = encode_records(make_records(40, seed=3), "TIMEX", tokenizer, 24)
+    encoded = encode_records(make_synthetic_records(40, seed=3), "TIMEX", tokenizer, 24)
     lengths = [len(sentence.features["input_ids"]) for sentence in encoded]
     assert len(set(lengths)) > 3, "the check needs sentences of different lengths"
     config = train_config(group_by_length=True, eval_batch_size=4)

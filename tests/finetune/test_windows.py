@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import random
-
 import pytest
 
 from src.data.schema import Span
 from src.data.text import word_offsets
 from src.finetune.bio import bio_to_spans
 from src.finetune.windows import Window, merge_window_spans, plan_windows, window_spans
+from tests.helpers.finetune_data import long_document
 
 TIME_WORDS = {"Monday": "B-T", "last": "B-T", "week": "I-T", "1998": "B-T"}
 
@@ -23,17 +22,6 @@ def rule_tags(words: list[str]) -> list[str]:
             tag = "B-T"
         tags.append(tag)
     return tags
-
-
-def long_document(n_sentences: int = 40, seed: int = 3) -> str:
-    rng = random.Random(seed)
-    fillers = ["the", "market", "rose", "sharply", "after", "talks", "ended", "in", "Tokyo"]
-    sentences = []
-    for _ in range(n_sentences):
-        body = [rng.choice(fillers) for _ in range(rng.randint(2, 7))]
-        body.insert(rng.randint(0, len(body)), rng.choice(["last week", "Monday", "1998", "last week"]))
-        sentences.append(" ".join(body) + " .")
-    return " ".join(sentences)
 
 
 def test_plan_covers_every_word_within_budget():

@@ -4,7 +4,6 @@ from the real train split validate, and the request policy sends them where the 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -13,7 +12,6 @@ from hypothesis import strategies as st
 from src.data.schema import read_records
 from src.prompts import (
     STRATEGY_NAMES,
-    TASKS,
     get_strategy,
     gold_answer,
     gold_value,
@@ -27,10 +25,10 @@ from src.prompts.answer_schema import (
     schema_text,
 )
 from src.prompts.parsing import parse_answer
+from src.study import TASK_ORDER as TASKS
+from tests.helpers.paths import REPO_ROOT
+from tests.helpers.schema_check import is_valid, schema_errors
 
-from .schema_check import is_valid, schema_errors
-
-ROOT = Path(__file__).resolve().parents[2]
 CASES = [(task, name, fmt) for task in TASKS for name in STRATEGY_NAMES for fmt in ANSWER_FORMATS]
 SHAPES = sorted({(task, abductive, fmt) for task in TASKS for abductive in (False, True) for fmt in ANSWER_FORMATS})
 
@@ -191,9 +189,9 @@ def test_well_formed_means_schema_valid(task, abductive, fmt):
 @pytest.mark.parametrize("task, abductive, fmt", SHAPES)
 def test_repaired_or_embedded_answers_are_not_well_formed(task, abductive, fmt):
     record_text = "Sales rose last week."
-    from . import make_record
+    from tests.helpers.records import make_record
 
-    record = make_record("r", "d", record_text, [("rose", "EVENT"), ("last week", "TIMEX")])
+    record = make_record("r", record_text, [("rose", "EVENT"), ("last week", "TIMEX")], doc_id="d")
     good = gold_answer(record, task, abductive, fmt)
     assert parse_answer(good, task, abductive, answer_format=fmt).well_formed
     for raw in (
@@ -209,7 +207,7 @@ def test_repaired_or_embedded_answers_are_not_well_formed(task, abductive, fmt):
 
 
 def _train(task):
-    path = ROOT / "data" / "prepared" / task / "train.jsonl"
+    path = REPO_ROOT / "data" / "prepared" / task / "train.jsonl"
     if not path.exists():
         pytest.skip(f"{path} not prepared (dvc pull / prepare)")
     return read_records(path)[:300]

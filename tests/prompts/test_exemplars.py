@@ -8,8 +8,7 @@ import pytest
 
 from src.data.text import words
 from src.prompts import exemplar_order, select_exemplars, target_spans
-
-from . import build_train_records, make_record
+from tests.helpers.records import build_train_records, make_record
 
 
 @pytest.fixture
@@ -56,9 +55,9 @@ def test_short_sentences_and_distinct_span_counts_first(train_records):
 
 def test_comp_needs_both_kinds_of_span():
     records = [
-        make_record("a", "d1", "It rained on Monday.", [("rained", "EVENT"), ("Monday", "TIMEX")]),
-        make_record("b", "d2", "It rained.", [("rained", "EVENT")]),
-        make_record("c", "d3", "Monday came.", [("Monday", "TIMEX")]),
+        make_record("a", "It rained on Monday.", [("rained", "EVENT"), ("Monday", "TIMEX")], doc_id="d1"),
+        make_record("b", "It rained.", [("rained", "EVENT")], doc_id="d2"),
+        make_record("c", "Monday came.", [("Monday", "TIMEX")], doc_id="d3"),
     ]
     assert [r.id for r in exemplar_order(records, 0, "comp")] == ["a"]
     assert {r.id for r in exemplar_order(records, 0, "timex")} == {"a", "c"}
@@ -68,7 +67,7 @@ def test_comp_needs_both_kinds_of_span():
 
 def test_falls_back_to_long_records_when_short_ones_run_out():
     records = [
-        make_record(f"r{i}", f"d{i}", "Sales rose today" + " very much" * i + ".", [("today", "TIMEX")])
+        make_record(f"r{i}", "Sales rose today" + " very much" * i + ".", [("today", "TIMEX")], doc_id=f"d{i}")
         for i in range(6)
     ]
     chosen = select_exemplars(records, 6, seed=0, task="timex")

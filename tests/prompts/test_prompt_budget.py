@@ -8,7 +8,8 @@ import os
 import pytest
 
 from src.data.schema import Record, Span
-from src.prompts import STRATEGY_NAMES, TASKS, build_messages, get_strategy, select_exemplars
+from src.prompts import STRATEGY_NAMES, build_messages, get_strategy, select_exemplars
+from src.study import TASK_ORDER as TASKS
 
 SENTENCE = (
     "Officials said on Tuesday that the company had agreed last week to sell its European "

@@ -11,7 +11,6 @@ import pytest
 from src import study
 from src.prompts import (
     STRATEGY_NAMES,
-    TASKS,
     PromptOptions,
     build_messages,
     build_request_parts,
@@ -24,9 +23,9 @@ from src.prompts import (
     templates,
 )
 from src.prompts.answer_schema import answer_schema, final_span_list, request_schema
-
-from . import build_train_records
-from .schema_check import is_valid
+from src.study import TASK_ORDER as TASKS
+from tests.helpers.records import build_train_records
+from tests.helpers.schema_check import is_valid
 
 INPUT = "The talks resumed on Tuesday, two weeks after the strike began."
 ALL_CASES = [(name, task) for name in STRATEGY_NAMES for task in TASKS]
@@ -167,13 +166,30 @@ def test_bad_format_or_form(train_records):
 # ----- registries from src.study ------------------------------------------------------------------
 
 
-def test_tasks_labels_and_strategies_come_from_study():
-    assert STRATEGY_NAMES == study.STRATEGY_ORDER and strategies.STRATEGY_NAMES is study.STRATEGY_ORDER
-    assert TASKS == study.TASK_ORDER and templates.TASK_LABELS is study.TASK_LABELS
-    assert parsing.TASKS == study.TASK_ORDER
-    assert parsing.LABELS == {"timex": "TIMEX", "eventx": "EVENT"}
-    for name in study.STRATEGY_ORDER:
-        assert get_strategy(name).parts == study.strategy_parts(name)
+#: What a strategy name's letters stand for, written out here: a wrong table in the code fails.
+LETTER_PARTS = {"A": "abductive", "D": "deductive", "I": "inductive"}
+
+
+@pytest.mark.parametrize("name", study.STRATEGY_ORDER)
+def test_each_study_strategy_prompts_exactly_its_reasoning_parts(name, train_records):
+    wanted = {LETTER_PARTS[letter] for letter in name.split("+")}
+    for task in study.TASK_ORDER:
+        for form in ("chat", "completion"):
+            _, exemplars, messages = _case(name, task, train_records, prompt_form=form)
+            user = messages[-1][1]
+            present = {part for part in templates.REASONING_TEMPLATES if templates.reasoning_text(part, task) in user}
+            assert present == wanted, (task, form)
+            assert len(exemplars) == (3 if "inductive" in wanted else 0)
+
+
+def test_study_tasks_are_the_prompted_ones_and_comp_answers_carry_its_labels():
+    for task in study.TASK_ORDER:
+        assert build_messages("D", task, INPUT)[-1][1].endswith(INPUT)
+    with pytest.raises(ValueError, match="unknown task"):
+        build_messages("D", "timex3", INPUT)
+    parsed = parsing.parse_answer('{"time_expressions": ["Tuesday"], "events": ["resumed"]}', "comp", False)
+    assert parsed.predictions == [{"text": "Tuesday", "label": "TIMEX"}, {"text": "resumed", "label": "EVENT"}]
+    assert tuple(p["label"] for p in parsed.predictions) == study.TASK_LABELS["comp"] == ("TIMEX", "EVENT")
 
 
 def test_every_reasoning_part_and_task_has_its_templates():

@@ -13,14 +13,13 @@ import pytest
 
 from src.prompts import (
     STRATEGY_NAMES,
-    TASKS,
     build_messages,
     build_request_parts,
     get_strategy,
     select_exemplars,
 )
-
-from . import build_train_records
+from src.study import TASK_ORDER as TASKS
+from tests.helpers.records import build_train_records
 
 SNAPSHOT = json.loads((Path(__file__).parent / "snapshots" / "compact_chat.json").read_text(encoding="utf-8"))
 INPUT = "The talks resumed on Tuesday, two weeks after the strike began."

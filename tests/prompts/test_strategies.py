@@ -9,7 +9,6 @@ import pytest
 
 from src.prompts import (
     STRATEGY_NAMES,
-    TASKS,
     Strategy,
     build_messages,
     components_of,
@@ -21,8 +20,8 @@ from src.prompts import (
     templates,
 )
 from src.prompts.answer_schema import REASONING_MAX_CHARS, REASONING_MAX_STEPS
-
-from . import build_train_records, make_record
+from src.study import TASK_ORDER as TASKS
+from tests.helpers.records import build_train_records, make_record
 
 
 @pytest.fixture
@@ -134,7 +133,6 @@ def test_definitions_differ_by_reasoning_type(train_records):
 def test_abductive_exemplar_steps_name_the_gold_candidates():
     record = make_record(
         "r",
-        "d",
         "Sales rose last week and fell on Friday.",
         [("rose", "EVENT"), ("last week", "TIMEX"), ("fell", "EVENT"), ("Friday", "TIMEX")],
     )
@@ -146,7 +144,7 @@ def test_abductive_exemplar_steps_name_the_gold_candidates():
 
 
 def test_gold_answer_lists_a_repeated_string_once():
-    record = make_record("r", "d", "He said it and she said no.", [("said", "EVENT"), ("said", "EVENT")])
+    record = make_record("r", "He said it and she said no.", [("said", "EVENT"), ("said", "EVENT")])
     assert json.loads(gold_answer(record, "eventx", abductive=False)) == ["said"]
 
 
@@ -180,23 +178,31 @@ def test_strategy_names_and_components():
         Strategy(name="I", inductive=True, deductive=False, abductive=False, k=0)
 
 
-def test_strategy_from_config_checks_the_flags():
-    cfg = {
-        "name": "A+I",
-        "display_name": "A+I",
-        "k": 8,
-        "inductive_plus": True,
-        "max_tokens": 1024,
-        "components": {"inductive": True, "deductive": False, "abductive": True},
-    }
+def test_strategy_from_config_derives_the_reasoning_types_from_the_name():
+    cfg = {"name": "A+I", "k": 8, "max_tokens": 1024}
     strategy = strategy_from_config(cfg)
-    assert (strategy.k, strategy.abductive, strategy.max_tokens_document) == (8, True, 1024)
-    with pytest.raises(ValueError, match="inductive_plus"):
-        strategy_from_config({**cfg, "inductive_plus": False})
+    assert (strategy.k, strategy.max_tokens_document) == (8, 1024)
+    assert (strategy.inductive, strategy.deductive, strategy.abductive, strategy.inductive_plus) == (
+        True,
+        False,
+        True,
+        True,
+    )
+    deductive = strategy_from_config({"name": "D", "k": 0, "max_tokens": 512, "max_tokens_document": 1024})
+    assert (deductive.inductive, deductive.deductive, deductive.abductive, deductive.inductive_plus) == (
+        False,
+        True,
+        False,
+        False,
+    )
     with pytest.raises(ValueError, match="missing key"):
         strategy_from_config({k: v for k, v in cfg.items() if k != "k"})
-    with pytest.raises(ValueError, match="needs components"):
-        strategy_from_config({**cfg, "components": {"inductive": True, "deductive": True, "abductive": True}})
+    # what the name fixes cannot be restated (and silently contradict it)
+    for key, value in (("components", {"inductive": True}), ("inductive_plus", True), ("display_name", "A+I")):
+        with pytest.raises(ValueError, match=f"unknown key.*{key}"):
+            strategy_from_config({**cfg, key: value})
+    with pytest.raises(ValueError, match="strategy name"):
+        strategy_from_config({**cfg, "name": "A+X"})
 
 
 def test_abductive_exemplar_steps_fit_the_bound_a_constrained_answer_allows():
@@ -204,14 +210,14 @@ def test_abductive_exemplar_steps_fit_the_bound_a_constrained_answer_allows():
     quoted candidates (each quote two characters), left it no tokens for the spans."""
     long_names = ["every month", "the last three years", "this month"]
     spans = [(name, "TIMEX") for name in long_names]
-    record = make_record("r", "d", "Sales every month for the last three years until this month.", spans)
+    record = make_record("r", "Sales every month for the last three years until this month.", spans)
     steps = json.loads(gold_answer(record, "timex", abductive=True))["reasoning_steps"]
     assert steps == ["Candidates: every month ...", "No overlap: keep all 3."]
     text = "It ran the two and a half years since the first quarter of 1998."
-    one_long = make_record("s", "d", text, [("the two and a half years since the first quarter of 1998", "TIMEX")])
+    one_long = make_record("s", text, [("the two and a half years since the first quarter of 1998", "TIMEX")])
     steps = json.loads(gold_answer(one_long, "timex", abductive=True))["reasoning_steps"]
     assert steps == ["Candidates: the two and a half ...", "No overlap: keep it."]
-    empty = make_record("t", "d", "Nothing happened.", [])
+    empty = make_record("t", "Nothing happened.", [])
     assert json.loads(gold_answer(empty, "eventx", abductive=True))["reasoning_steps"] == [
         "No candidates.",
         "Nothing to keep.",

@@ -1,4 +1,10 @@
-"""The OpenAI backend through injected faults: nothing lost, nothing wrong, nothing asked twice."""
+"""The OpenAI backend through injected faults: nothing lost, nothing wrong, nothing asked twice.
+
+Billed requests per instance: every run below states and bounds them. A drawn fault at rate p
+costs on average p / (1 - p) extra requests per instance (0.43 at 30%); one instance costs at
+most ``max_retries + 1`` requests per run, and at most ``NEVER_HEALS_RETRIES + 1`` (2) for a
+fault that retrying cannot heal (an undecodable body).
+"""
 
 from __future__ import annotations
 
@@ -9,12 +15,21 @@ import pytest
 
 from src.backends.base import ChatRequest
 from src.backends.cache import CachedBackend, ResponseCache
-from src.backends.openai_backend import OpenAIBackend
-from tests.reliability.fault_server import FAULT_KINDS, FaultServer, quoted_words
+from src.backends.openai_backend import NEVER_HEALS_RETRIES, OpenAIBackend
+from tests.helpers.openai_server import (
+    LEGACY_KINDS,
+    OTHER_MODEL,
+    OpenAIServer,
+    quoted_words,
+    quoted_words_answer,
+)
 
 KEY_ENV = "TEMPGEN_FAULT_TEST_KEY"
 KEY = "fault-test-key-0a1b2c3d4e"
 PROMPTS = [f'Sentence {i}: find "w{i}a" and "w{i}b".' for i in range(120)]
+EXPECTED = [json.dumps(quoted_words(p)) for p in PROMPTS]
+MAX_RETRIES = 6
+TIMEOUT_S = 1.5
 
 
 @pytest.fixture
@@ -27,8 +42,8 @@ def make_backend(monkeypatch):
             base_url=base_url,
             api_key_env=KEY_ENV,
             max_concurrency=16,
-            timeout_s=1.5,
-            max_retries=8,
+            timeout_s=TIMEOUT_S,
+            max_retries=MAX_RETRIES,
             backoff_base_s=0.01,
             backoff_max_s=0.05,
             seed=3,
@@ -45,27 +60,103 @@ def requests_for(prompts: list[str]) -> list[ChatRequest]:
     ]
 
 
-def test_thirty_percent_faults_of_every_kind_lose_and_change_nothing(tmp_path, make_backend):
-    with FaultServer(fault_rate=0.0) as clean:
-        expected = [r.text for r in make_backend(clean.base_url).generate(requests_for(PROMPTS))]
-    assert expected == [json.dumps(quoted_words(p)) for p in PROMPTS]
+def server(**options) -> OpenAIServer:
+    return OpenAIServer(answer=quoted_words_answer, **options)
 
+
+def test_the_fault_free_run_answers_every_prompt_exactly(make_backend):
+    with server() as clean:
+        results = make_backend(clean.base_url).generate(requests_for(PROMPTS))
+        assert sum(clean.requests.values()) == len(PROMPTS)
+    assert [r.text for r in results] == EXPECTED
+
+
+def test_thirty_percent_faults_of_every_kind_lose_and_change_nothing(tmp_path, make_backend):
     cache = ResponseCache(tmp_path / "cache")
     # hang_s > timeout_s: a hung attempt never answers late (which would count as a duplicate).
-    with FaultServer(fault_rate=0.3, seed=11, hang_s=2.5) as server:
-        results = CachedBackend(make_backend(server.base_url), cache).generate(requests_for(PROMPTS))
-        faults, answers, requests = dict(server.faults), dict(server.answers), dict(server.requests)
+    with server(fault_rate=0.3, seed=11, hang_s=2.5, kinds=LEGACY_KINDS) as faulty:
+        results = CachedBackend(make_backend(faulty.base_url, max_retries=8), cache).generate(requests_for(PROMPTS))
+        faults, answers, requests = dict(faulty.served_faults), dict(faulty.answers), dict(faulty.requests)
 
-    assert set(faults) == set(FAULT_KINDS), faults  # every kind was really exercised
+    assert set(faults) == set(LEGACY_KINDS), faults  # every kind was really exercised
     assert sum(faults.values()) >= 0.2 * sum(requests.values())
     assert all(r.ok for r in results), [r.error for r in results if not r.ok]  # 100% answered
-    assert [r.text for r in results] == expected  # identical to the fault-free run
+    assert [r.text for r in results] == EXPECTED  # identical to the fault-free run
     assert all(r.finish_reason == "stop" for r in results)
     assert answers == {p: 1 for p in PROMPTS}  # no answered prompt was requested again
     assert sum(requests.values()) == len(PROMPTS) + sum(faults.values())
     stored = [json.loads(path.read_text()) for path in (tmp_path / "cache").glob("??/*.json")]
-    assert sorted(entry["text"] for entry in stored) == sorted(expected)  # none cached as empty
+    assert sorted(entry["text"] for entry in stored) == sorted(EXPECTED)  # none cached as empty
     assert all(entry["text"] not in ("", "[]") for entry in stored)
+
+
+# kind -> (backend options, can it fail within one run at 30% so that a rerun is needed)
+NEW_KINDS = {
+    "empty_stop": ({}, False),
+    "empty_error": ({}, False),
+    "parts": ({}, False),
+    "mismatch_same": ({"on_model_mismatch": "fail"}, False),
+    "mismatch_other": ({"on_model_mismatch": "fail"}, False),
+    "length": ({}, False),
+    "bad_gzip": ({}, True),
+    "slow_drip": ({}, False),
+    "slow_drip_over": ({}, False),
+    "retry_after_date": ({}, False),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(NEW_KINDS))
+def test_thirty_percent_of_one_fault_scores_nothing_from_it_and_heals_within_one_rerun(
+    tmp_path, make_backend, caplog, kind
+):
+    options, may_need_rerun = NEW_KINDS[kind]
+    cache = ResponseCache(tmp_path / "cache")
+    with server(fault_rate=0.3, seed=5, kinds=(kind,), hang_s=TIMEOUT_S + 1.0, drip_s=0.3) as faulty:
+        backend = CachedBackend(make_backend(faulty.base_url, **options), cache)
+        first = backend.generate(requests_for(PROMPTS))
+        first_requests = dict(faulty.requests)
+        failed = {PROMPTS[i] for i, r in enumerate(first) if not r.ok}
+        assert faulty.served_faults[kind] >= 0.2 * len(PROMPTS)  # the fault was really served
+        results = backend.generate(requests_for(PROMPTS))  # the rerun: only the failed requests go out
+        rerun_sent = {p for p in PROMPTS if faulty.requests[p] > first_requests.get(p, 0)}
+        billed = sum(faulty.requests.values())
+
+    assert rerun_sent == failed
+    if not may_need_rerun:
+        assert failed == set(), [r.error for r in first if not r.ok][:3]
+    assert all(r.ok for r in results), [r.error for r in results if not r.ok][:3]
+    assert [r.text for r in results] == EXPECTED  # 0 instances scored from a fault: the fault-free answers
+    assert all(r.finish_reason == "stop" for r in results)
+    assert not any(r.served.get("model") == OTHER_MODEL for r in results)
+    # Billed requests per instance: at most max_retries + 1 per run (2 for what never heals),
+    # and about 1 / (1 - 0.3) = 1.43 on average.
+    per_run_cap = NEVER_HEALS_RETRIES + 1 if kind == "bad_gzip" else MAX_RETRIES + 1
+    assert max(first_requests.values()) <= per_run_cap
+    assert billed / len(PROMPTS) <= 1.7, billed
+    for entry in map(json.loads, map(lambda path: path.read_text(), (tmp_path / "cache").glob("??/*.json"))):
+        assert entry["text"].strip() and entry["finish_reason"] == "stop"  # nothing from a fault was kept
+
+
+def test_the_failures_of_an_undecodable_body_name_their_real_cause(make_backend):
+    with server() as broken:
+        broken.doom('"zip"', "bad_gzip")
+        (result,) = make_backend(broken.base_url).generate(requests_for(['find "zip"']))
+        assert broken.requests['find "zip"'] == NEVER_HEALS_RETRIES + 1
+    assert result.error.startswith("gave up after 2 attempts: response body could not be decoded"), result.error
+    assert result.error.endswith("retrying does not heal this") and "Connection error." not in result.error
+
+
+def test_with_warn_a_mismatch_is_kept_recorded_and_counted_once(tmp_path, make_backend, caplog):
+    caplog.set_level(logging.WARNING)
+    with server(fault_rate=0.3, seed=5, kinds=("mismatch_other",)) as faulty:
+        results = CachedBackend(make_backend(faulty.base_url), ResponseCache(tmp_path)).generate(requests_for(PROMPTS))
+        served = faulty.served_faults["mismatch_other"]
+    others = [r for r in results if r.served.get("model") == OTHER_MODEL]
+    assert len(others) == served > 0 and all(r.text == "[]" for r in others)  # kept, and named
+    warnings = [m for m in caplog.messages if "served by another model" in m]
+    assert warnings == [
+        f"{served} of {len(PROMPTS)} answers were served by another model than fault/model: {OTHER_MODEL} x{served}"
+    ]
 
 
 @pytest.mark.parametrize(
@@ -77,37 +168,47 @@ def test_thirty_percent_faults_of_every_kind_lose_and_change_nothing(tmp_path, m
         ("truncated_json", "not valid JSON"),
         ("error_object", "upstream provider error"),
         ("empty_choices", "response without choices"),
+        ("empty_error", "blank answer with finish_reason 'error'"),
+        ("length", "finish_reason 'length' after 1 of max_tokens 32 tokens"),
         ("500", "HTTP 500"),
         ("reset", "APIConnectionError"),
     ],
 )
 def test_an_instance_that_keeps_failing_ends_failed_naming_the_cause(tmp_path, make_backend, kind, cause):
     cache = ResponseCache(tmp_path)
-    with FaultServer() as server:
-        server.doom('"doomed"', kind)
+    with server() as faulty:
+        faulty.doom('"doomed"', kind)
         prompts = ['find "doomed"', 'find "fine"', 'find "also"']
-        results = CachedBackend(make_backend(server.base_url, max_retries=3), cache).generate(requests_for(prompts))
-        assert server.requests['find "doomed"'] == 4
+        results = CachedBackend(make_backend(faulty.base_url, max_retries=3), cache).generate(requests_for(prompts))
+        assert faulty.requests['find "doomed"'] == 4
     assert [r.ok for r in results] == [False, True, True]
     assert results[0].text is None
     assert results[0].error.startswith("gave up after 4 attempts") and cause in results[0].error, results[0].error
     assert len(cache) == 2  # the failure is not cached
 
 
+def test_an_answer_that_is_empty_every_time_with_stop_is_the_models_own(tmp_path, make_backend):
+    with server() as faulty:
+        faulty.doom('"nothing"', "empty_stop")
+        (result,) = make_backend(faulty.base_url, max_retries=2).generate(requests_for(['find "nothing"']))
+        assert faulty.requests['find "nothing"'] == 3
+    assert result.ok and result.text == "" and result.empty and result.finish_reason == "stop"
+
+
 def test_hang_past_the_timeout_is_retried_and_reported(make_backend):
-    with FaultServer(hang_s=1.0) as server:
-        server.doom('"stuck"', "hang")
-        (result,) = make_backend(server.base_url, timeout_s=0.2, max_retries=1).generate(requests_for(['"stuck"']))
+    with server(hang_s=1.0) as faulty:
+        faulty.doom('"stuck"', "hang")
+        (result,) = make_backend(faulty.base_url, timeout_s=0.2, max_retries=1).generate(requests_for(['"stuck"']))
     assert result.text is None and "timeout" in result.error and "gave up after 2 attempts" in result.error
 
 
 def test_rejected_key_gives_the_authentication_message_and_never_the_key(make_backend, caplog):
     caplog.set_level(logging.DEBUG)
-    with FaultServer(reject_auth=True) as server:
-        results = make_backend(server.base_url).generate(requests_for(PROMPTS[:10]))
-        sent = sum(server.requests.values())
+    with server(reject_auth=True) as faulty:
+        results = make_backend(faulty.base_url).generate(requests_for(PROMPTS[:10]))
+        sent = sum(faulty.requests.values())
     assert all(r.text is None for r in results)
-    assert {r.error for r in results} == {f"authentication failed: check {KEY_ENV} (HTTP 401 from {server.base_url})"}
+    assert {r.error for r in results} == {f"authentication failed: check {KEY_ENV} (HTTP 401 from {faulty.base_url})"}
     assert sent <= 16  # no retries; only requests already in flight when the first 401 came back
     for text in [caplog.text] + [r.error for r in results]:
         assert KEY[-4:] not in text and KEY not in text

@@ -20,8 +20,7 @@ from pathlib import Path
 import pytest
 
 from src import compare, score
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.helpers.paths import REPO_ROOT
 
 GOLD = [
     {
@@ -354,12 +353,6 @@ CASES = [
     Case("gold unreadable", "gold", line(GOLD[0]), "cannot read file (Permission denied)", special="unreadable"),
     Case("pred unreadable", "pred", line(PRED[0]), "cannot read file (Permission denied)", special="unreadable"),
 ]
-KINDS = len({case.kind for case in CASES})
-
-
-def test_the_corpus_has_at_least_fifty_kinds():
-    assert KINDS == len(CASES) >= 50
-    assert {case.side for case in CASES} == {"gold", "pred"}
 
 
 def make_files(tmp_path: Path, case: Case) -> tuple[Path, Path]:
@@ -392,6 +385,27 @@ def assert_one_line_error(err: str, out: str, path: Path, case: Case) -> None:
     where = f"{path}:{case.line}: " if case.line is not None else f"{path}: "
     assert where in lines[0], lines[0]
     assert case.message in lines[0], lines[0]
+
+
+def test_the_scorer_tells_fifty_kinds_of_bad_input_apart(tmp_path, capsys):
+    """Each fault gets its own diagnosis (what follows ``path[:line]:``): no one message covers two faults."""
+    faults_by_diagnosis: dict[tuple[str, str], set[str]] = {}
+    for n, case in enumerate(CASES):
+        folder = tmp_path / str(n)
+        folder.mkdir()
+        try:
+            gold, pred = make_files(folder, case)
+        except pytest.skip.Exception:  # an unreadable file, when running as root
+            continue
+        named = gold if case.side == "gold" else pred
+        assert score.main(["--gold", str(gold), "--pred", str(pred)]) == 2, case.kind
+        err = capsys.readouterr().err
+        diagnosis = err.split(str(named), 1)[1].split(": ", 1)[1].replace(str(folder), "DIR")
+        faults_by_diagnosis.setdefault((case.side, diagnosis), set()).add(case.message)
+    shared = {diagnosis: faults for diagnosis, faults in faults_by_diagnosis.items() if len(faults) > 1}
+    assert shared == {}
+    assert len(faults_by_diagnosis) >= 50
+    assert {side for side, _ in faults_by_diagnosis} == {"gold", "pred"}
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case.kind for case in CASES])
@@ -451,7 +465,7 @@ def test_bootstrap_too_large_for_memory_is_refused_before_resampling(tmp_path, c
 
 
 def run_module(module: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=REPO, capture_output=True, timeout=120)
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=REPO_ROOT, capture_output=True, timeout=120)
 
 
 SUBPROCESS_CASES = [
@@ -501,7 +515,7 @@ def test_closed_stdout_exits_quietly_with_141(tmp_path):
     try:
         done = subprocess.run(
             [sys.executable, "-m", "src.score", "--gold", str(gold), "--pred", str(pred)],
-            cwd=REPO,
+            cwd=REPO_ROOT,
             stdout=write_end,
             stderr=subprocess.PIPE,
             timeout=120,
@@ -515,7 +529,7 @@ def test_closed_stdout_exits_quietly_with_141(tmp_path):
         "--resamples 50 | head -c 1",
         shell=True,
         executable="/bin/bash",
-        cwd=REPO,
+        cwd=REPO_ROOT,
         capture_output=True,
         timeout=120,
     )

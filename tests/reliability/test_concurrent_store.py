@@ -5,11 +5,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
+from tests.helpers.paths import REPO_ROOT
+
 WORKERS = 4
 
 RUN_SCRIPT = """
@@ -25,7 +25,7 @@ print(experiment_id)
 @pytest.mark.timeout(300)
 def test_four_processes_on_a_fresh_store_all_finish(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "PYTHONPATH": str(PROJECT_ROOT)}
+    env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "PYTHONPATH": str(REPO_ROOT)}
     processes = [
         subprocess.Popen(
             [sys.executable, "-c", RUN_SCRIPT],

@@ -8,37 +8,38 @@ response cache, and leave no MLflow run RUNNING.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 from pathlib import Path
 
 import pytest
 
-from src.data.schema import Record, Span, write_records
-from tests.backends.fake_openai_server import FakeOpenAIServer, last_user_message
-
-ROOT = Path(__file__).resolve().parents[2]
-WORDS = ["Friday", "today", "1998", "March", "noon", "yesterday", "2001", "Monday", "tonight"]
-
-
-def _records() -> list[Record]:
-    records = []
-    for n, word in enumerate(WORDS):
-        text = f"Sentence {n} happened {word} ."
-        start = text.index(word)
-        records.append(Record(f"d{n}#s0", f"d{n}", text, [Span(start, start + len(word), word, "TIMEX")], "test"))
-    return records
-
-
-def _answer(body: dict) -> str:
-    """Half of the answers are right, the rest find the wrong word: metrics are not trivial."""
-    message = last_user_message(body).rstrip()
-    n = int(message.split("Sentence ")[-1].split()[0])
-    return json.dumps([WORDS[n]] if n % 2 == 0 else ["happened"])
+from src.data.schema import write_records
+from tests.helpers.openai_server import FakeOpenAIServer, last_user_message
+from tests.helpers.paths import REPO_ROOT
+from tests.helpers.resumable_run import (
+    WORDS,
+)
+from tests.helpers.resumable_run import (
+    answer as _answer,
+)
+from tests.helpers.resumable_run import (
+    cached_prompts as _cached_prompts,
+)
+from tests.helpers.resumable_run import (
+    command as _command,
+)
+from tests.helpers.resumable_run import (
+    env as _env,
+)
+from tests.helpers.resumable_run import (
+    final_metrics as _final_metrics,
+)
+from tests.helpers.resumable_run import (
+    records as _records,
+)
 
 
 class KillingServer(FakeOpenAIServer):
@@ -61,61 +62,21 @@ class KillingServer(FakeOpenAIServer):
         return _answer(body)
 
 
-def _command(workspace: Path, server: FakeOpenAIServer) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "src.run",
-        "model=qwen25_7b",
-        "strategy=D",
-        "dimension=base",
-        "tasks=[timex]",
-        f"model.options.base_url={server.base_url}",
-        "+model.options.max_concurrency=2",
-        "+model.options.max_retries=0",
-        f"paths.prepared={workspace / 'prepared'}",
-        f"paths.cache={workspace / 'cache'}",
-        f"mlflow.tracking_uri=sqlite:///{workspace / 'mlflow.db'}",
-        f"summary={workspace / 'summary.json'}",
-        f"hydra.run.dir={workspace / 'outputs'}",
-        "scoring.bootstrap_resamples=100",
-    ]
-
-
-def _env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "OPENROUTER_API_KEY")}
-
-
-def _cached_prompts(cache: Path) -> set[str]:
-    prompts = set()
-    for entry in cache.glob("??/*.json"):
-        fields = json.loads(entry.read_text())["fields"]
-        prompts.add(fields["messages"][-1][1].rstrip())
-    return prompts
-
-
 def _run(workspace: Path, server: KillingServer, kill_at: int | None) -> int:
     server.kill_at = kill_at
     process = subprocess.Popen(
-        _command(workspace, server), cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        _command(workspace, server),
+        cwd=REPO_ROOT,
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     server.victim = process
     _, stderr = process.communicate(timeout=300)
     if kill_at is None:
         assert process.returncode == 0, stderr[-3000:]
     return process.returncode
-
-
-def _final_metrics(workspace: Path) -> dict[str, float]:
-    import mlflow
-
-    client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{workspace / 'mlflow.db'}")
-    experiment = client.get_experiment_by_name("tempgen")
-    runs = client.search_runs([experiment.experiment_id], order_by=["attributes.start_time ASC"])
-    assert [r.info.status for r in runs].count("RUNNING") == 0, [r.info.status for r in runs]
-    final = runs[-1]
-    assert final.info.status == "FINISHED"
-    return {k: v for k, v in final.data.metrics.items() if not k.startswith(("wall_time", "timex.base.usage"))}
 
 
 @pytest.fixture()

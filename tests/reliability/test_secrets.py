@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from src import tracking
-from tests.reliability.fault_server import FaultServer
+from tests.helpers.openai_server import FaultServer, quoted_words_answer
+from tests.helpers.paths import REPO_ROOT
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
 HEADER_SECRET = "PLANTED123"
 KEY_SECRET = "planted-key-XYZ"
 
@@ -51,7 +51,7 @@ def files_containing(root: Path, needles: tuple[str, ...]) -> list[str]:
 def run_app(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess:
     (tmp_path / "app.py").write_text(APP)
     (tmp_path / "config.yaml").write_text(CONFIG)
-    env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT), "TEMPGEN_TEST_KEY": KEY_SECRET}
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "TEMPGEN_TEST_KEY": KEY_SECRET}
     return subprocess.run(
         [sys.executable, str(tmp_path / "app.py"), *overrides],
         cwd=tmp_path,
@@ -126,11 +126,11 @@ def test_end_to_end_run_writes_no_planted_secret_anywhere(tmp_path):
     env = {
         **os.environ,
         "TEMPGEN_TEST_KEY": KEY_SECRET,
-        "PYTHONPATH": str(PROJECT_ROOT),
+        "PYTHONPATH": str(REPO_ROOT),
         "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}",
         "HF_HUB_OFFLINE": "1",
     }
-    with FaultServer(fault_rate=0.0) as server:
+    with FaultServer(answer=quoted_words_answer) as server:
         done = subprocess.run(
             [
                 sys.executable,
@@ -149,7 +149,7 @@ def test_end_to_end_run_writes_no_planted_secret_anywhere(tmp_path):
                 f"paths.prepared={tmp_path / 'prepared'}",
                 f"summary={tmp_path / 'summary.json'}",
             ],
-            cwd=PROJECT_ROOT,
+            cwd=REPO_ROOT,
             env=env,
             capture_output=True,
             text=True,
@@ -162,3 +162,86 @@ def test_end_to_end_run_writes_no_planted_secret_anywhere(tmp_path):
     assert (tmp_path / "run" / ".hydra" / "config.yaml").is_file() and any((tmp_path / "cache").rglob("*.json"))
     assert files_containing(tmp_path, (HEADER_SECRET, KEY_SECRET)) == []
     assert HEADER_SECRET not in done.stdout + done.stderr and KEY_SECRET not in done.stdout + done.stderr
+
+
+# -- issue 29: a credential in a URI (tracking store, base URL) is written nowhere
+
+URI_TOKEN = "uri-token-PLANTED-42"
+CREDENTIAL_URI = f"http://alice:{URI_TOKEN}@127.0.0.1:5999"
+
+
+def test_training_run_file_keeps_the_tracking_uri_without_its_credential(tmp_path, monkeypatch):
+    """``training_run.json`` is a DVC output (``dvc push`` uploads it): its tracking URI has no user-info."""
+    import json
+
+    import mlflow
+
+    from src.finetune.mlflow_logging import RUN_FILE, log_training
+    from tests.helpers.finetune_data import train_config
+
+    previous = mlflow.get_tracking_uri()
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    mlflow.set_experiment("secrets")
+    out = tmp_path / "model"
+    out.mkdir()
+    (out / "model.safetensors").write_bytes(b"weights")
+    summary = {
+        "schedule": {"steps": 1},
+        "train_time_s": 1.0,
+        "eval_time_s": 1.0,
+        "best_val_f1": 0.5,
+        "best_step": 1,
+        "train_examples_per_s": 2.0,
+        "val_metrics": {"f1": 0.5},
+    }
+    with mlflow.start_run() as active:
+        monkeypatch.setattr(mlflow, "get_tracking_uri", lambda: CREDENTIAL_URI + "/")
+        log_training(active, summary, train_config(report_to="mlflow"), out, [], "secrets")
+        monkeypatch.undo()
+    mlflow.set_tracking_uri(previous)
+    link = json.loads((out / RUN_FILE).read_text())
+    assert link["tracking_uri"] == "http://127.0.0.1:5999/"
+    assert files_containing(tmp_path, (URI_TOKEN,)) == []
+
+
+def test_report_first_line_run_links_and_errors_show_no_credential():
+    from src.report.loading import build_results
+    from src.report.prose import run_link
+
+    assert run_link(CREDENTIAL_URI, "3", "abc") == "[abc](http://127.0.0.1:5999/#/experiments/3/runs/abc)"
+    with pytest.raises(ValueError) as info:
+        build_results([], {}, {}, CREDENTIAL_URI, "tempgen", "1")
+    assert "at http://127.0.0.1:5999: no configuration run" in str(info.value) and URI_TOKEN not in str(info.value)
+    writer = (REPO_ROOT / "src" / "report" / "writer.py").read_text()
+    assert "at `{without_userinfo(results.tracking_uri)}`" in writer  # the report's first line
+
+
+def test_run_errors_about_a_uri_show_no_credential(tmp_path):
+    from src.run_checks import ConfigError, check_http_url
+    from src.store_health import StoreUnusable, check_store
+
+    with pytest.raises(ConfigError) as info:
+        check_http_url(f"http://alice:{URI_TOKEN}@:80/v1", "model.options.base_url")
+    assert URI_TOKEN not in str(info.value) and "model.options.base_url" in str(info.value)
+    corrupt = tmp_path / "mlflow.db"
+    corrupt.write_bytes(b"no database")
+    with pytest.raises(StoreUnusable) as info:
+        check_store(f"sqlite:///{corrupt}", 1)
+    assert "is not an SQLite database" in str(info.value)
+    with pytest.raises(StoreUnusable) as info:
+        check_store(f"gopher://alice:{URI_TOKEN}@host/x", 1)
+    assert URI_TOKEN not in str(info.value) and "gopher://host/x" in str(info.value)
+
+
+def test_a_credential_in_the_tracking_uri_moves_to_mlflows_basic_auth_variables(monkeypatch):
+    """MLflow prints its tracking URI ("View run ... at: URI/#/...") and the run links use it: the
+    URI MLflow is given has no credential; MLflow sends it as basic auth from its own variables."""
+    monkeypatch.delenv("MLFLOW_TRACKING_USERNAME", raising=False)
+    monkeypatch.delenv("MLFLOW_TRACKING_PASSWORD", raising=False)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", CREDENTIAL_URI + "/mlflow")
+    assert tracking.tracking_uri() == "http://127.0.0.1:5999/mlflow"
+    assert os.environ["MLFLOW_TRACKING_USERNAME"] == "alice" and os.environ["MLFLOW_TRACKING_PASSWORD"] == URI_TOKEN
+    assert tracking.tracking_uri("https://bob:p%40ss@example.org") == "https://example.org"
+    assert os.environ["MLFLOW_TRACKING_USERNAME"] == "alice"  # a variable already set is kept
+    database = "postgresql://user:pw@db.example.org/mlflow"
+    assert tracking.tracking_uri(database) == database  # SQLAlchemy needs it; MLflow prints no link for it

@@ -1,175 +1,19 @@
 """Loading the runs the summaries name from a real MLflow SQLite store written with the project's own logging code.
 
-``log_study`` builds the store (also used by ``test_report.py`` and ``test_provenance.py``):
-runs are created with ``src.scoring.evaluate.evaluate_dataset`` + ``log_evaluation`` so the
-artifact formats stay in sync with what ``src.run`` logs, and summary files shaped like the
-pipeline's (``run_id``, ``model``, ``strategy``, ``complete``, ``metrics``) name them.
+The store is ``tests.helpers.mlflow_study.log_study``'s (the ``store`` fixture of ``tests/report/conftest.py``).
 """
 
 from __future__ import annotations
-
-import json
-from pathlib import Path
-from typing import NamedTuple
 
 import mlflow
 import numpy as np
 import pandas as pd
 import pytest
 
-from src.data.schema import Record, Span
-from src.report.loading import build_study, dataset_stats, load_study
-from src.scoring.evaluate import InstanceOutput, evaluate_dataset, log_evaluation
-
-INSTANCES = 20
-EXPERIMENT = "analysis-test"
-# model -> (family, architecture, total size in B, size series)
-MODELS = {
-    "small": ("fam", "dense", 1.0, "fam-sizes"),
-    "large": ("fam", "dense", 8.0, "fam-sizes"),
-    "sparse": ("fam", "moe", 40.0, None),
-    "bert": ("encoder", "dense", 0.1, None),
-}
-# (model, strategy) -> share of instances answered correctly (the rest get a wrong span)
-QUALITY = {
-    ("small", "I"): 0.3,
-    ("small", "D"): 0.5,
-    ("large", "I"): 1.0,
-    ("large", "D"): 0.6,
-    ("sparse", "I"): 0.9,
-    ("sparse", "D"): 0.1,
-}
-DATASETS = [("timex", "base"), ("timex", "adv_p"), ("timex", "t2c"), ("eventx", "base"), ("comp", "base")]
-TARGETS = {"timex": ("Monday", "Friday"), "eventx": ("met", "left")}
-
-
-def make_records(task: str, dataset: str) -> list[Record]:
-    """Twenty sentences with two targets each (comp: one time and one event)."""
-    records = []
-    for k in range(INSTANCES):
-        if dataset == "adv_p" and k == INSTANCES - 1:
-            continue  # a paraphrase that was rejected: adv_p drops an instance
-        text = f"Case {k}: we met on Monday and left on Friday."
-        wanted = {
-            "timex": [("Monday", "TIMEX"), ("Friday", "TIMEX")],
-            "eventx": [("met", "EVENT"), ("left", "EVENT")],
-            "comp": [("Monday", "TIMEX"), ("met", "EVENT")],
-        }[task]
-        spans = [Span(text.index(s), text.index(s) + len(s), s, label) for s, label in wanted]
-        records.append(Record(f"{dataset}-{k}", f"doc{k}", text, spans, "test"))
-    return records
-
-
-def outputs_for(records: list[Record], task: str, quality: float, dataset: str) -> list[InstanceOutput]:
-    """Gold spans for the first ``quality`` share of instances, a wrong and a partial span otherwise."""
-    shift = 0.2 if dataset == "t2c" else 0.0  # every configuration does better on t2c, ranks unchanged
-    correct = round(min(1.0, quality + shift) * len(records))
-    outputs = []
-    for k, record in enumerate(records):
-        if k < correct:
-            preds = [s.text for s in record.spans]
-        else:
-            preds = ["Case", record.spans[0].text + " and"]
-        if task == "comp":
-            preds = [{"text": p, "label": "TIMEX" if p in ("Monday", "Friday") else "EVENT"} for p in preds]
-        outputs.append(InstanceOutput(preds, raw=str(preds)))
-    return outputs
-
-
-def log_run(
-    model: str,
-    strategy: str,
-    status: str = "FINISHED",
-    quality: float | None = None,
-    datasets=tuple(DATASETS),
-    kind: str | None = "prompted",
-    git_commit: str = "abc123",
-    data_version: str = "raw:test/datasets:test",
-) -> str:
-    family, architecture, size, series = MODELS[model]
-    quality = QUALITY[model, strategy] if quality is None else quality
-    with mlflow.start_run(run_name=f"{model}-{strategy}") as run:
-        mlflow.set_tags({"model": model, "strategy": strategy, **({"kind": kind} if kind else {})})
-        params = {
-            "model": model,
-            "model_id": f"test/{model}",
-            "family": family,
-            "architecture": architecture,
-            "params_total_b": size,
-            "params_active_b": size / 4 if architecture == "moe" else size,
-            "strategy": strategy,
-            "inductive_plus": "I" in strategy,
-            "seed": 13,
-            "git_commit": git_commit,
-            "data_version": data_version,
-        }
-        if series:
-            params["size_series"] = series
-        mlflow.log_params(params)
-        for task, dataset in datasets:
-            records = make_records(task, dataset)
-            evaluation = evaluate_dataset(task, dataset, records, outputs_for(records, task, quality, dataset), 50, 13)
-            log_evaluation(evaluation)
-        mlflow.end_run(status=status)
-    return run.info.run_id
-
-
-class Store(NamedTuple):
-    uri: str
-    ids: dict[str, str]  # configuration -> run id
-    summaries: Path
-
-
-def write_summary(directory: Path, config: str, run_id: str, complete: bool = True) -> Path:
-    """A summary file like the pipeline's: ``runs/{config}.json``, or ``finetuned/{model}.json``."""
-    model, strategy = config.rsplit("-", 1)
-    path = directory / ("finetuned" if strategy == "finetuned" else "runs") / f"{config}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    summary = {
-        "run_id": run_id,
-        "run_name": config,
-        "model": model,
-        "strategy": strategy,
-        "complete": complete,
-        "metrics": {},
-    }
-    path.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-    return path
-
-
-def log_study(tmp_path) -> Store:
-    """A SQLite store with six prompted and one fine-tuned configuration named by summaries, plus a stale,
-    a failed and an untagged run that no summary names."""
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    mlflow.set_tracking_uri(uri)
-    mlflow.create_experiment(EXPERIMENT, artifact_location=(tmp_path / "artifacts").as_uri())
-    mlflow.set_experiment(EXPERIMENT)
-    log_run("large", "I", quality=0.0, datasets=DATASETS[:1])  # an older run of the same name: must be superseded
-    ids = {}
-    for model, strategy in QUALITY:
-        ids[f"{model}-{strategy}"] = log_run(model, strategy)
-    log_run("small", "I", status="FAILED", quality=0.0, datasets=DATASETS[:1])  # newer but failed: ignored
-    ids["bert-finetuned"] = log_run("bert", "finetuned", quality=0.8, datasets=DATASETS[:3], kind="finetuned")
-    log_run("bert", "train", quality=0.5, datasets=DATASETS[:1], kind=None)  # a training run: not a configuration
-    summaries = tmp_path / "summaries"
-    for config, run_id in ids.items():
-        write_summary(summaries, config, run_id)
-    return Store(uri, ids, summaries)
-
-
-_SHARED: dict[str, Store] = {}
-
-
-def shared_store(tmp_path_factory) -> Store:
-    """One store per test session (creating an MLflow database takes seconds); also used by test_report."""
-    if "store" not in _SHARED:
-        _SHARED["store"] = log_study(tmp_path_factory.mktemp("store"))
-    return _SHARED["store"]
-
-
-@pytest.fixture(scope="session")
-def store(tmp_path_factory):
-    return shared_store(tmp_path_factory)
+from src.report.loading import build_results as build_study
+from src.report.loading import dataset_stats
+from src.report.loading import load_results as load_study
+from tests.helpers.mlflow_study import DATASETS, EXPERIMENT, INSTANCES
 
 
 def test_exactly_the_runs_the_summaries_name_with_params_and_metrics(store):

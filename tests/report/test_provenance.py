@@ -1,7 +1,7 @@
 """The analysis reads exactly the runs the pipeline's summaries name, and refuses ambiguous provenance.
 
 A real SQLite MLflow store: configuration runs logged as the project logs them
-(``tests.report.test_loading.log_run``), summaries shaped like the pipeline's.
+(``tests.helpers.mlflow_study.log_run``), summaries shaped like the pipeline's.
 """
 
 from __future__ import annotations
@@ -19,20 +19,9 @@ from src.report.provenance import (
     read_summaries,
     split_data_version,
 )
-from tests.report.test_loading import (
-    DATASETS,
-    EXPERIMENT,
-    log_run,
-    shared_store,
-    write_summary,
-)
+from tests.helpers.mlflow_study import DATASETS, EXPERIMENT, log_run, write_summary
 
 MISSING_RUN = "0" * 32
-
-
-@pytest.fixture(scope="session")
-def store(tmp_path_factory):
-    return shared_store(tmp_path_factory)
 
 
 def analyse(uri: str, summaries: Path, out: Path, experiment: str = EXPERIMENT) -> int:

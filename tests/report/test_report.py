@@ -11,9 +11,9 @@ from mlflow.tracking import MlflowClient
 
 from src.analyze import main, write_outputs
 from src.report.analysis import analysis_summary, run_analysis
-from src.report.loading import build_study
-from src.report.writer import run_link
-from tests.report.test_loading import EXPERIMENT, shared_store
+from src.report.loading import build_results as build_study
+from src.report.prose import run_link
+from tests.helpers.mlflow_study import EXPERIMENT
 
 FIGURES = [
     "rq1_transfer",
@@ -26,11 +26,6 @@ FIGURES = [
     "error_types",
     "top_labels_base_vs_t2c",
 ]
-
-
-@pytest.fixture(scope="session")
-def store(tmp_path_factory):
-    return shared_store(tmp_path_factory)
 
 
 @pytest.fixture(scope="session")

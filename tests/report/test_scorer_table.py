@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from src.report.writer import scorer_table
+from src.report.tables import scorer_table
 
 
 def test_variant_columns_follow_the_registry_and_rows_without_them_are_dropped():

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.scale import harness
+from tests.helpers import scale_harness as harness
+from tests.helpers.paths import REPO_ROOT
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -100,7 +101,7 @@ def test_launcher_configs_compose_on_the_plugins_schemas(launcher, plugin, targe
 
     for name in ("SBATCH_PARTITION", "RAY_ADDRESS", "TEMPGEN_N_JOBS"):
         monkeypatch.delenv(name, raising=False)
-    with initialize_config_dir(config_dir=str(harness.ROOT / "conf"), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base="1.3"):
         cfg = compose("config", overrides=[f"hydra/launcher={launcher}"], return_hydra_config=True)
         given = compose(
             "config",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.scale import harness
+from tests.helpers import scale_harness as harness
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 

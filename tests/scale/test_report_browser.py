@@ -96,7 +96,7 @@ def is_local(ref: str) -> bool:
 def report_dir(tmp_path_factory):
     """``report.html`` and its figures and tables, written by ``python -m src.analyze``'s main."""
     from src.analyze import main
-    from tests.report.test_loading import EXPERIMENT, log_study
+    from tests.helpers.mlflow_study import EXPERIMENT, log_study
 
     store = log_study(tmp_path_factory.mktemp("store"))
     uri = store[0] if isinstance(store, tuple) and not hasattr(store, "uri") else store.uri

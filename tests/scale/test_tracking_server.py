@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.scale import harness
+from tests.helpers import scale_harness as harness
 
 pytestmark = pytest.mark.timeout(300)
 

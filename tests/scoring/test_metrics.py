@@ -8,7 +8,6 @@ import random
 import numpy as np
 import pytest
 
-from src.data.schema import Record, Span
 from src.scoring.metrics import (
     InstanceScore,
     PredictedSpan,
@@ -21,19 +20,9 @@ from src.scoring.metrics import (
     span_similarity,
     stack_stats,
 )
+from tests.helpers.records import make_record
 
 TEXT = "We met last week on Friday."
-
-
-def make_record(record_id: str, text: str, spans: list[tuple[str, str]]) -> Record:
-    """A record whose spans are located by their first occurrence in ``text``."""
-    located = []
-    for span_text, label in spans:
-        start = text.index(span_text)
-        located.append(Span(start, start + len(span_text), span_text, label))
-    return Record(record_id, "doc", text, located, "test")
-
-
 TIMEX_RECORD = make_record("r1", TEXT, [("last week", "TIMEX"), ("Friday", "TIMEX")])
 COMP_RECORD = make_record("c1", "He met her yesterday.", [("yesterday", "TIMEX"), ("met", "EVENT")])
 

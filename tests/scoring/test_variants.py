@@ -9,36 +9,29 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from src.data.schema import Record, Span
+from src.data.schema import Record
 from src.scoring.metrics import score_pairs
-from src.scoring.stats import bootstrap_f1, bootstrap_prf, resample_counts
-from src.scoring.variants import (
-    PRIMARY,
+from src.scoring.scorer_registry import (
     STAT_COLUMNS,
     VARIANTS,
     VariantSpec,
     get_variant,
-    longest_common_run,
     metric_names,
-    paper_variant_score,
     report_columns,
+)
+from src.scoring.stats import bootstrap_f1, bootstrap_prf, resample_counts
+from src.scoring.variants import (
+    longest_common_run,
+    paper_variant_score,
     score_all_variants,
     score_variant,
     variant_metrics,
 )
+from src.study import PRIMARY_SCORER as PRIMARY
+from tests.helpers.records import make_record
 
 T, E = "TIMEX", "EVENT"
 NAMES = ("paper", "released", "released_best", "released_char", "released_char_best")
-
-
-def make_record(text: str, spans: list[tuple[str, str]], record_id: str = "r") -> Record:
-    """A record whose spans are located left to right in ``text``."""
-    located, position = [], 0
-    for span_text, label in spans:
-        start = text.index(span_text, position)
-        located.append(Span(start, start + len(span_text), span_text, label))
-        position = start + len(span_text)
-    return Record(record_id, "doc", text, located, "test")
 
 
 @dataclass(frozen=True)
@@ -60,7 +53,7 @@ class Case:
 CASES = [
     Case(
         "identical span",
-        make_record("since last week", [("last week", T)]),
+        make_record("r", "since last week", [("last week", T)]),
         ["last week"],
         1,
         1,
@@ -69,7 +62,7 @@ CASES = [
     ),
     Case(
         "contiguous vs subsequence",
-        make_record("in the last week", [("the last week", T)]),
+        make_record("r", "in the last week", [("the last week", T)]),
         ["the week"],
         1,
         1,
@@ -80,7 +73,7 @@ CASES = [
     ),
     Case(
         "punctuation split vs attached",
-        make_record("on Jan. 5 we", [("Jan. 5", T)]),
+        make_record("r", "on Jan. 5 we", [("Jan. 5", T)]),
         ["Jan 5"],
         1,
         1,
@@ -91,7 +84,7 @@ CASES = [
     ),
     Case(
         "trailing punctuation",
-        make_record("on Friday", [("Friday", T)]),
+        make_record("r", "on Friday", [("Friday", T)]),
         ["Friday,"],
         1,
         1,
@@ -102,7 +95,7 @@ CASES = [
     ),
     Case(
         "case differs",
-        make_record("on Friday", [("Friday", T)]),
+        make_record("r", "on Friday", [("Friday", T)]),
         ["FRIDAY"],
         1,
         1,
@@ -111,7 +104,7 @@ CASES = [
     ),
     Case(
         "doubled whitespace",
-        make_record("last week", [("last week", T)]),
+        make_record("r", "last week", [("last week", T)]),
         ["last  week"],
         1,
         1,
@@ -121,7 +114,7 @@ CASES = [
     ),
     Case(
         "word order",
-        make_record("last week", [("last week", T)]),
+        make_record("r", "last week", [("last week", T)]),
         ["week last"],
         1,
         1,
@@ -131,7 +124,7 @@ CASES = [
     ),
     Case(
         "duplicated prediction",
-        make_record("on Friday", [("Friday", T)]),
+        make_record("r", "on Friday", [("Friday", T)]),
         ["Friday", "Friday"],
         2,
         1,
@@ -141,7 +134,7 @@ CASES = [
     ),
     Case(
         "two gold, one prediction",
-        make_record("Friday and Friday", [("Friday", T), ("Friday", T)]),
+        make_record("r", "Friday and Friday", [("Friday", T), ("Friday", T)]),
         ["Friday"],
         1,
         2,
@@ -150,7 +143,7 @@ CASES = [
     ),
     Case(
         "no predictions",
-        make_record("last week on Friday", [("last week", T), ("Friday", T)]),
+        make_record("r", "last week on Friday", [("last week", T), ("Friday", T)]),
         [],
         0,
         2,
@@ -159,7 +152,7 @@ CASES = [
     ),
     Case(
         "no gold",
-        make_record("nothing here", []),
+        make_record("r", "nothing here", []),
         ["Friday"],
         1,
         0,
@@ -168,7 +161,7 @@ CASES = [
     ),
     Case(
         "empty prediction string",
-        make_record("on Friday", [("Friday", T)]),
+        make_record("r", "on Friday", [("Friday", T)]),
         ["", "Friday"],
         2,
         1,
@@ -178,7 +171,7 @@ CASES = [
     ),
     Case(
         "comp: wrong types",
-        make_record("He met her yesterday.", [("met", E), ("yesterday", T)]),
+        make_record("r", "He met her yesterday.", [("met", E), ("yesterday", T)]),
         [{"text": "yesterday", "label": E}, {"text": "met", "label": T}],
         2,
         2,
@@ -187,7 +180,7 @@ CASES = [
     ),
     Case(
         "comp: one untyped span over both",
-        make_record("He met her yesterday.", [("met", E), ("yesterday", T)]),
+        make_record("r", "He met her yesterday.", [("met", E), ("yesterday", T)]),
         ["met yesterday"],
         1,
         2,
@@ -199,7 +192,7 @@ CASES = [
     ),
     Case(
         "best-of vs one-to-one",
-        make_record("last week on Friday", [("last week", T), ("Friday", T)]),
+        make_record("r", "last week on Friday", [("last week", T), ("Friday", T)]),
         ["last week on Friday"],
         1,
         2,
@@ -210,7 +203,7 @@ CASES = [
     ),
     Case(
         "asymmetric normalisation",
-        make_record("in the last twenty four hours", [("the last twenty four hours", T)]),
+        make_record("r", "in the last twenty four hours", [("the last twenty four hours", T)]),
         ["last twenty four"],
         1,
         1,
@@ -220,7 +213,7 @@ CASES = [
     ),
     Case(
         "separate P and R assignments",
-        make_record("last week, the whole week long", [("last week", T), ("the whole week long", T)]),
+        make_record("r", "last week, the whole week long", [("last week", T), ("the whole week long", T)]),
         ["since last week ended", "last"],
         2,
         2,
@@ -239,7 +232,7 @@ CASES = [
     ),
     Case(
         "characters shared by different words",
-        make_record("Friday or Monday", [("Friday", T), ("Monday", T)]),
+        make_record("r", "Friday or Monday", [("Friday", T), ("Monday", T)]),
         ["Friday", "Friday"],
         2,
         2,
@@ -281,7 +274,7 @@ def test_every_variant_against_the_hand_computed_table(case):
 
 
 def test_lowercase_folds_the_paper_metric_only():
-    record, preds = make_record("on Friday", [("Friday", T)]), ["FRIDAY"]
+    record, preds = make_record("r", "on Friday", [("Friday", T)]), ["FRIDAY"]
     assert score_variant([(record, preds)], "paper", lowercase=True).stats.tolist() == [[1, 1, 1, 1]]
     for name in NAMES[1:]:  # the released scorer always lower-cases
         assert score_variant([(record, preds)], name, lowercase=True).stats.tolist() == [[1, 1, 1, 1]]
@@ -384,7 +377,7 @@ def random_corpus(seed: int, n: int, max_spans: int = 4) -> list[tuple[Record, l
         for _ in range(rng.randint(0, max_spans)):
             item = rng.choice([g for g, _ in gold]) if gold and rng.random() < 0.3 else phrase(0)
             preds.append({"text": item, "label": rng.choice((T, E))} if rng.random() < 0.3 else item)
-        pairs.append((make_record(text, gold, record_id=f"i{k}"), preds))
+        pairs.append((make_record(f"i{k}", text, gold), preds))
     return pairs
 
 
@@ -482,7 +475,7 @@ def test_token_variants_are_fast():
     for k in range(10_000):
         gold = [span() for _ in range(rng.randint(1, 3))]
         preds = [rng.choice(gold) if rng.random() < 0.5 else span() for _ in range(rng.randint(0, 3))]
-        pairs.append((make_record(" ; ".join(gold), [(g, T) for g in gold], f"i{k}"), preds))
+        pairs.append((make_record(f"i{k}", " ; ".join(gold), [(g, T) for g in gold]), preds))
     for name in ("released", "released_best"):
         start = time.perf_counter()
         score = score_variant(pairs, name)

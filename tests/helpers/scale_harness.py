@@ -19,32 +19,24 @@ import urllib.request
 from collections.abc import Iterable
 from pathlib import Path
 
-from src.data.schema import Record, Span, write_records
-from tests.backends.fake_openai_server import FakeOpenAIServer, last_user_message
+from src.data.schema import write_records
+from tests.helpers.openai_server import FakeOpenAIServer, last_user_message
+from tests.helpers.paths import REPO_ROOT
+from tests.helpers.records import make_record
 
-ROOT = Path(__file__).resolve().parents[2]
 MODELS = ("qwen25_7b", "llama3_8b")
 STRATEGIES = ("I", "D")
 RUN_NAMES = sorted(f"{m}-{s}" for m in MODELS for s in STRATEGIES)
 # Metrics that measure time, not results: they differ between any two sweeps.
 TIMING_METRICS = ("wall_time_s", ".usage.latency_s")
 
-
-def _record(rid: str, text: str, spans: Iterable[str]) -> Record:
-    found = []
-    for string in spans:
-        start = text.index(string)
-        found.append(Span(start, start + len(string), string, "TIMEX"))
-    return Record(rid, rid.split("#")[0], text, sorted(found), "test")
-
-
 BASE = [
-    _record("b1#s0", "The board met on Friday and again in March .", ["Friday", "March"]),
-    _record("b2#s0", "Prices fell last week after two days of gains .", ["last week", "two days"]),
-    _record("b3#s0", "She moved to Paris in 1998 .", ["1998"]),
+    make_record("b1#s0", "The board met on Friday and again in March .", ["Friday", "March"]),
+    make_record("b2#s0", "Prices fell last week after two days of gains .", ["last week", "two days"]),
+    make_record("b3#s0", "She moved to Paris in 1998 .", ["1998"]),
 ]
 TRAIN = [
-    _record(f"t{n}#s0", text, [span])
+    make_record(f"t{n}#s0", text, [span])
     for n, (text, span) in enumerate(
         [
             ("He called yesterday .", "yesterday"),
@@ -140,7 +132,7 @@ def sweep(
     ]
     return subprocess.run(
         [sys.executable, "-m", "src.run", "-m", *overrides],
-        cwd=ROOT,
+        cwd=REPO_ROOT,
         env=env,
         capture_output=True,
         text=True,

@@ -1,0 +1,74 @@
+"""The project files a ``src`` module needs: its import closure, as a DVC stage's code deps.
+
+``scripts/stage_deps.py`` writes each stage's deps from it and ``tests/test_dvc_graph.py``
+checks them with it, so the rule lives here once (plain ``ast``: nothing is imported).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+#: Packages whose members are chosen at run time by name (a registry): a stage that imports
+#: the package depends on all of it.
+DYNAMIC_PACKAGES = ("src/backends",)
+
+
+def module_file(name: str) -> Path | None:
+    """The file of a ``src.*`` module name (a package's ``__init__.py``), or None."""
+    parts = name.split(".")
+    path = ROOT.joinpath(*parts)
+    if (path / "__init__.py").exists():
+        return path / "__init__.py"
+    if path.with_suffix(".py").exists():
+        return path.with_suffix(".py")
+    return None
+
+
+def imported_modules(path: Path) -> set[str]:
+    """``src.*`` modules a file imports anywhere (function-level imports included)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    package = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+    if path.name == "__init__.py":
+        package = package.rsplit(".", 1)[0] + "." + "__init__"
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out |= {alias.name for alias in node.names if alias.name.startswith("src")}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: -node.level]
+                name = ".".join(base + ([node.module] if node.module else []))
+            else:
+                name = node.module or ""
+            if not name.startswith("src"):
+                continue
+            out.add(name)
+            out |= {f"{name}.{alias.name}" for alias in node.names}
+    return out
+
+
+def closure(module: str) -> set[Path]:
+    """Every project file a module needs, following imports (and a package's ``__init__``)."""
+    seen: set[Path] = set()
+    todo = [module]
+    while todo:
+        name = todo.pop()
+        parts = name.split(".")
+        for depth in range(2, len(parts) + 1):  # parent packages run their __init__ first
+            file = module_file(".".join(parts[:depth]))
+            if file is not None and file not in seen:
+                seen.add(file)
+                todo.extend(imported_modules(file))
+    return seen
+
+
+def code_deps(module: str) -> list[str]:
+    """The code deps of a stage running ``python -m module``: its closure, with each dynamic
+    package it touches named as a whole folder."""
+    needed = {p.relative_to(ROOT).as_posix() for p in closure(module)}
+    for package in DYNAMIC_PACKAGES:
+        if any(p.startswith(package + "/") for p in needed):
+            needed = {p for p in needed if not p.startswith(package + "/")} | {package}
+    return sorted(needed)

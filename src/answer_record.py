@@ -1,0 +1,64 @@
+"""Per dataset of a run: how many answers were empty, and who served them (issue 29).
+
+A provider may route to a fallback model or answer with nothing; both are kept with each
+answer (:class:`~src.backends.base.GenerationResult`) and logged here into the open MLflow run:
+
+* metrics ``{task}.{dataset}.empty_answer_rate`` (answers that are blank after the backend's
+  retries, i.e. the model's own empty answers) and ``{task}.{dataset}.served_model_mismatch_rate``
+  (answers whose served model is another model under :func:`src.backends.served.same_model`);
+* tag ``served_models``: the distinct models the provider named, over every dataset so far;
+* artifact ``served/{task}/{dataset}.json``: per instance, the served record, finish reason,
+  whether it was empty and whether it came from the cache.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from src.backends.base import GenerationResult
+from src.backends.served import is_mismatch
+
+
+def answer_metrics(results: Sequence[GenerationResult], requested_model: str) -> dict[str, float]:
+    """``empty_answer_rate`` and ``served_model_mismatch_rate`` over all ``results``."""
+    answered = [result for result in results if result.ok]
+    total = len(results) or 1
+    return {
+        "empty_answer_rate": sum(result.empty for result in answered) / total,
+        "served_model_mismatch_rate": sum(is_mismatch(requested_model, result.served) for result in answered) / total,
+    }
+
+
+def served_by_instance(results: Sequence[GenerationResult]) -> dict[str, dict]:
+    """Instance id -> what served its answer, for the run's artifact."""
+    return {
+        result.request.request_id: {
+            "served": dict(result.served),
+            "finish_reason": result.finish_reason,
+            "empty": result.empty,
+            "cached": result.cached,
+        }
+        for result in results
+        if result.ok
+    }
+
+
+def log_answer_record(
+    task: str, dataset: str, results: Sequence[GenerationResult], requested_model: str, served_models: set[str]
+) -> dict[str, float]:
+    """Log the dataset's answer metrics, the run's ``served_models`` tag and the per-instance
+    artifact into the active MLflow run (none open: nothing is logged); ``served_models``
+    accumulates across datasets."""
+    import mlflow
+
+    from src import tracking
+
+    metrics = answer_metrics(results, requested_model)
+    if mlflow.active_run() is None:  # e.g. tune_k scores without a run: nothing to log into
+        return metrics
+    mlflow.log_metrics({f"{task}.{dataset}.{name}": value for name, value in metrics.items()})
+    served_models.update(result.served["model"] for result in results if result.ok and result.served.get("model"))
+    if served_models:
+        mlflow.set_tag("served_models", ",".join(sorted(served_models)))
+    tracking.log_json_artifact(served_by_instance(results), f"served/{task}/{dataset}.json")
+    return metrics

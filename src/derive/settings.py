@@ -1,0 +1,79 @@
+"""A derive stage's settings come from its own block of ``params.yaml``, nowhere else.
+
+``python -m src.derive.adv --task timex --input ... --output ...`` (no setting flags) builds
+exactly what the DVC stage builds: the seed (``seed``), the block ``derive.<stage>`` (adv
+also reads ``derive.victim``) and the instance limit (``sweep.derive_limit`` of the sweep
+file) are read here. A setting flag on the command line is an explicit override; its
+default is always "take the params file" (``None``), never a second copy of the value.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from src.params import PARAMS_FILE
+
+SWEEP_FILE = PARAMS_FILE.parent / "sweep.yaml"
+#: The top-level params keys a stage reads besides its own ``derive.<stage>`` block.
+SHARED_KEYS: dict[str, tuple[str, ...]] = {"adv": ("victim",), "adv_p": (), "voc": ()}
+
+
+def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--params`` and ``--sweep``: the files the settings are read from."""
+    parser.add_argument("--params", default=str(PARAMS_FILE), help="the params file (seed, derive.<stage>)")
+    parser.add_argument("--sweep", default=str(SWEEP_FILE), help="the sweep file (sweep.derive_limit)")
+
+
+def _read(path: str | Path) -> dict[str, Any]:
+    data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: not a mapping")
+    return data
+
+
+def stage_settings(stage: str, params: str | Path = PARAMS_FILE, sweep: str | Path = SWEEP_FILE) -> dict[str, Any]:
+    """Every setting of ``stage`` as the params and sweep files define it (one flat mapping)."""
+    values = _read(params)
+    derive = values.get("derive")
+    if not isinstance(derive, dict) or not isinstance(derive.get(stage), dict):
+        raise ValueError(f"{params}: no derive.{stage} mapping")
+    sweep_block = _read(sweep).get("sweep")
+    if not isinstance(sweep_block, dict) or "derive_limit" not in sweep_block:
+        raise ValueError(f"{sweep}: no sweep.derive_limit")
+    if "seed" not in values:
+        raise ValueError(f"{params}: no seed")
+    shared = {}
+    for key in SHARED_KEYS.get(stage, ()):
+        if key not in derive:
+            raise ValueError(f"{params}: no derive.{key}")
+        shared[key] = derive[key]
+    return {"seed": values["seed"], "limit": sweep_block["derive_limit"], **shared, **derive[stage]}
+
+
+def resolve(parser: argparse.ArgumentParser, args: argparse.Namespace, stage: str) -> argparse.Namespace:
+    """``args`` with every setting the command line left unset taken from the params files.
+
+    Each params value goes through its flag's own type and choices, so a value from the file is
+    checked exactly as the same value typed on the command line; a params key without a flag is
+    an error (a setting nothing would read).
+    """
+    actions = {action.dest: action for action in parser._actions}
+    for key, value in stage_settings(stage, args.params, args.sweep).items():
+        action = actions.get(key)
+        if action is None:
+            parser.error(f"{args.params}: derive.{stage}.{key} is no setting of {parser.prog}")
+        if getattr(args, key, None) is not None or (key == "limit" and hasattr(args, key)):
+            continue  # given on the command line (``--limit null`` included: all records)
+        if action.type is not None and value is not None:
+            try:
+                value = action.type(str(value).lower() if isinstance(value, bool) else str(value))
+            except (TypeError, ValueError, argparse.ArgumentTypeError) as exc:
+                parser.error(f"{args.params}: {key}: {exc}")
+        if action.choices is not None and value not in action.choices:
+            parser.error(f"{args.params}: {key}: {value!r} is not one of {', '.join(map(str, action.choices))}")
+        setattr(args, key, value)
+    return args

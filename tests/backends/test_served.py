@@ -1,0 +1,49 @@
+"""The served-model matching rule: provider spellings of one model match, other models do not."""
+
+from __future__ import annotations
+
+import pytest
+
+from src.backends.served import is_mismatch, mismatch_counts, same_model, served_info
+
+
+@pytest.mark.parametrize(
+    "requested, served",
+    [
+        ("gpt-4o", "gpt-4o"),
+        ("openai/gpt-4o", "gpt-4o-2024-08-06"),  # org prefix and a date suffix on one side
+        ("gpt-4o-2024-08-06", "openai/gpt-4o"),
+        ("claude-3-5-sonnet", "anthropic/claude-3-5-sonnet-20241022"),  # compact date
+        ("meta-llama/llama-3.1-8b-instruct:free", "meta-llama/llama-3.1-8b-instruct"),  # routing tag
+        ("meta-llama/llama-3.1-8b-instruct", "Meta-Llama/Llama-3.1-8B-Instruct:nitro"),  # case
+        ("qwen/qwen-2.5-7b-instruct", None),  # nothing said: nothing to compare
+        ("qwen/qwen-2.5-7b-instruct", ""),
+    ],
+)
+def test_spellings_of_one_model_match(requested, served):
+    assert same_model(requested, served) and not is_mismatch(requested, {"model": served} if served else {})
+
+
+@pytest.mark.parametrize(
+    "requested, served",
+    [
+        ("gpt-4o", "gpt-4o-mini"),
+        ("gpt-4o-2024-05-13", "gpt-4o-2024-08-06"),  # two snapshots are two models
+        ("qwen/qwen3-235b-a22b-2507", "qwen/qwen3-235b-a22b"),  # a version suffix is not a date
+        ("qwen/qwen-2.5-7b-instruct", "fallback/other-model-7b"),
+        ("meta-llama/llama-3.1-8b-instruct", "meta-llama/llama-3.1-70b-instruct:free"),
+    ],
+)
+def test_other_models_do_not_match(requested, served):
+    assert not same_model(requested, served) and is_mismatch(requested, {"model": served})
+
+
+def test_served_info_keeps_only_what_the_provider_said():
+    payload = {"model": "m", "system_fingerprint": "fp_1", "provider": "Together", "id": "x", "usage": {}}
+    assert served_info(payload) == {"model": "m", "system_fingerprint": "fp_1", "provider": "Together"}
+    assert served_info({"model": None, "provider": 3}) == {}
+
+
+def test_mismatch_counts_by_served_model():
+    records = [{"model": "a/m"}, {"model": "x"}, {"model": "x"}, {}, None, {"model": "m-20240101"}]
+    assert mismatch_counts("m", records) == {"x": 2}

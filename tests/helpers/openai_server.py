@@ -1,0 +1,527 @@
+"""The one loopback OpenAI-compatible server of the tests and benchmarks (127.0.0.1 only).
+
+It answers ``POST /v1/chat/completions`` (and ``/v1/completions``) with text chosen by an
+``answer`` rule, and injects faults two ways:
+
+* **by marker** (:meth:`OpenAIServer.inject`): a status, a delay or a raw body served to the
+  next ``times`` requests whose last user message contains the marker;
+* **by draw** (``fault_rate``, ``kinds``) and **forever** (:meth:`OpenAIServer.doom`): one of
+  ``FAULT_KINDS`` per request. Whether the n-th request for a prompt gets a fault, and which,
+  comes from ``random.Random(f"{seed}|{prompt}|{n}")``: the same in every run, independent of
+  thread scheduling, and it keeps counting across runs against one server (a rerun sees fresh
+  draws).
+
+It records every request body, ``Authorization`` header, status and arrival time, the highest
+number in flight, and per prompt the requests received (``requests``), complete correct
+answers sent (``answers``) and faults served (``served_faults`` by kind), so a test can prove
+what was billed and that no answered prompt was asked for again.
+
+Usage::
+
+    with OpenAIServer(answer=quoted_words_answer, fault_rate=0.3, kinds=("empty_stop",)) as server:
+        backend = OpenAIBackend(model_id="m", base_url=server.base_url, timeout_s=1)
+
+``python -m tests.helpers.openai_server --latency 0.2`` serves in its own process (benchmarks).
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import random
+import re
+import socket
+import struct
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+AnswerRule = Callable[[dict], str]
+
+FAULT_KINDS = (
+    "429_retry_after",  # 429 with a short Retry-After in seconds
+    "429",  # 429 without one
+    "500",
+    "hang",  # no response for longer than the client's timeout, then the connection closes
+    "reset",  # the connection is reset (RST) before any response
+    "truncated",  # a 200 whose body stops halfway (Content-Length promises more)
+    "truncated_json",  # a complete 200 whose JSON text is cut
+    "null_content",
+    "missing_message",
+    "empty_choices",
+    "html",  # a 200 with an HTML page (a proxy's error page)
+    "error_object",  # a 200 carrying an ``error`` object and no choices
+    "empty_stop",  # content "" with finish_reason stop
+    "empty_error",  # content "" with finish_reason error
+    "parts",  # the right answer, as a list of text parts (not a fault: it must be joined)
+    "mismatch_same",  # the right answer, but ``model`` names another model
+    "mismatch_other",  # another model's (wrong) answer, and ``model`` says so
+    "length",  # the answer cut halfway with finish_reason length, well under max_tokens
+    "bad_gzip",  # Content-Encoding gzip on a body that does not inflate
+    "slow_drip",  # the right answer dripped slowly, finishing within the client's timeout
+    "slow_drip_over",  # the body dripped for longer than the client's timeout
+    "retry_after_date",  # 429 with Retry-After as an HTTP date without a zone
+)
+# The faults the backend must heal within one run given enough retries (or one rerun).
+LEGACY_KINDS = FAULT_KINDS[:12]
+RETRY_AFTER_S = "0.05"
+OTHER_MODEL = "fallback/other-model-7b"
+
+
+def last_user_message(body: dict) -> str:
+    """The last user message of a chat body, or a completion body's prompt."""
+    if "prompt" in body and "messages" not in body:
+        return str(body["prompt"])
+    users = [m.get("content", "") for m in body.get("messages", []) if m.get("role") == "user"]
+    return str(users[-1]) if users else ""
+
+
+def echo_last_user_message(body: dict) -> str:
+    """Default rule: a JSON array holding the last user message."""
+    return json.dumps([last_user_message(body)])
+
+
+def quoted_words(prompt: str) -> list[str]:
+    """The double-quoted words of ``prompt``, in order."""
+    return re.findall(r'"([^"]+)"', prompt)
+
+
+def quoted_words_answer(body: dict) -> str:
+    """Rule: a JSON array of the double-quoted words of the last user message
+    (``'Find "Friday" and "said"'`` -> ``["Friday", "said"]``), so runs compare exactly."""
+    return json.dumps(quoted_words(last_user_message(body)))
+
+
+@dataclass
+class Fault:
+    """A failure served to matching requests, ``times`` times (None = always)."""
+
+    marker: str | None
+    status: int | None = None
+    times: int | None = 1
+    retry_after: float | str | None = None
+    delay_s: float = 0.0
+    body: str = '{"error": {"message": "injected fault"}}'
+    content_type: str = "application/json"
+
+    def matches(self, body: dict) -> bool:
+        return self.marker is None or self.marker in last_user_message(body)
+
+
+class OpenAIServer:
+    """Threaded HTTP server bound to 127.0.0.1 on a free port.
+
+    Args:
+        answer: rule mapping the request body to the answer text.
+        latency_s: fixed delay before every response (simulates generation time).
+        report_cost: include ``usage.cost`` (as OpenRouter does) in every answer.
+        fault_rate: share of requests that get a drawn fault.
+        kinds: which faults to draw from (uniformly).
+        seed: seeds the draws.
+        hang_s: how long ``hang`` keeps the connection silent (beyond the client timeout).
+        drip_s: how long ``slow_drip`` takes to send a body (``slow_drip_over``: ``hang_s``).
+        reject_auth: answer every request with 401, echoing the key's last characters as
+            real providers do.
+        served_model: the ``model`` every answer names (None: the requested one).
+        extra_fields: top-level fields added to every answer (``system_fingerprint``, ``provider``).
+    """
+
+    def __init__(
+        self,
+        answer: AnswerRule = echo_last_user_message,
+        latency_s: float = 0.0,
+        report_cost: bool = True,
+        fault_rate: float = 0.0,
+        kinds: tuple[str, ...] = LEGACY_KINDS,
+        seed: int = 0,
+        hang_s: float = 3.0,
+        drip_s: float = 0.3,
+        reject_auth: bool = False,
+        served_model: str | None = None,
+        extra_fields: dict | None = None,
+    ) -> None:
+        unknown = set(kinds) - set(FAULT_KINDS)
+        if unknown:
+            raise ValueError(f"unknown fault kinds {sorted(unknown)}")
+        self.answer = answer
+        self.latency_s = latency_s
+        self.report_cost = report_cost
+        self.fault_rate = fault_rate
+        self.kinds = tuple(kinds)
+        self.seed = seed
+        self.hang_s = hang_s
+        self.drip_s = drip_s
+        self.reject_auth = reject_auth
+        self.served_model = served_model
+        self.extra_fields = dict(extra_fields or {})
+        self.faults: list[Fault] = []  # injected by marker
+        self.bodies: list[dict] = []
+        self.authorizations: list[str] = []
+        self.statuses: list[int] = []
+        self.arrivals: list[float] = []
+        self.requests: Counter[str] = Counter()  # prompt -> requests received
+        self.answers: Counter[str] = Counter()  # prompt -> complete, correct answers sent
+        self.served_faults: Counter[str] = Counter()  # fault kind -> times served
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self._doomed: dict[str, str] = {}  # marker -> fault kind served forever
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._server = _LoopbackServer(("127.0.0.1", 0), _handler_for(self))
+        self._thread: threading.Thread | None = None
+
+    @property
+    def base_url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+    @property
+    def request_count(self) -> int:
+        with self._lock:
+            return len(self.bodies)
+
+    def requests_matching(self, marker: str) -> int:
+        """How many requests (attempts included) had ``marker`` in the last user message."""
+        return len(self.arrivals_matching(marker))
+
+    def arrivals_matching(self, marker: str) -> list[float]:
+        """Arrival times (``time.monotonic``) of the requests with ``marker``."""
+        with self._lock:
+            return [t for body, t in zip(self.bodies, self.arrivals) if marker in last_user_message(body)]
+
+    def inject(
+        self,
+        marker: str | None,
+        status: int | None = None,
+        times: int | None = 1,
+        retry_after: float | str | None = None,
+        delay_s: float = 0.0,
+        body: str | None = None,
+        content_type: str = "application/json",
+    ) -> Fault:
+        """Serve ``status`` (after ``delay_s``) to the next ``times`` matching requests.
+
+        ``status=None`` with ``delay_s`` makes a slow but successful response (for timeouts);
+        ``status=200`` with ``body`` serves a malformed "success" (null content, HTML, ...).
+        """
+        fault = Fault(marker, status, times, retry_after, delay_s, content_type=content_type)
+        if body is not None:
+            fault.body = body
+        with self._lock:
+            self.faults.append(fault)
+        return fault
+
+    def doom(self, marker: str, kind: str = "500") -> None:
+        """Serve ``kind`` forever to every request whose prompt contains ``marker``."""
+        if kind not in FAULT_KINDS:
+            raise ValueError(f"unknown fault kind {kind!r}")
+        with self._lock:
+            self._doomed[marker] = kind
+
+    def spare(self, marker: str) -> None:
+        """Stop serving the fault :meth:`doom` gave ``marker`` (the drawn faults go on)."""
+        with self._lock:
+            self._doomed.pop(marker, None)
+
+    def heal(self) -> None:
+        """Stop every drawn, doomed and injected fault (a provider that recovered)."""
+        with self._lock:
+            self.fault_rate = 0.0
+            self._doomed.clear()
+            self.faults.clear()
+
+    def reset_counts(self) -> None:
+        with self._lock:
+            self.bodies.clear()
+            self.authorizations.clear()
+            self.statuses.clear()
+            self.arrivals.clear()
+            self.max_in_flight = 0
+
+    def start(self) -> OpenAIServer:
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stopping.set()  # releases hanging handlers
+        self._server.shutdown()
+        self._server.server_close()
+
+    def __enter__(self) -> OpenAIServer:
+        return self.start()
+
+    def __exit__(self, *exc_info) -> None:
+        self.stop()
+
+    def completion(self, body: dict, text: str | None = None) -> dict:
+        """An answer in the OpenAI shape (``text`` defaults to the answer rule's)."""
+        text = self.answer(body) if text is None else text
+        prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in body.get("messages", []))
+        usage = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": len(text.split()),
+            "total_tokens": prompt_tokens + len(text.split()),
+        }
+        if self.report_cost:
+            usage["cost"] = round(1e-6 * usage["total_tokens"], 9)
+        if "prompt" in body and "messages" not in body:
+            choice = {"index": 0, "text": text, "finish_reason": "stop"}
+        else:
+            choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+        return {
+            "id": f"chatcmpl-{len(self.bodies)}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": self.served_model or body.get("model", ""),
+            **self.extra_fields,
+            "choices": [choice],
+            "usage": usage,
+        }
+
+    # called from handler threads
+    def _admit(self, body: dict, authorization: str) -> Fault | str | None:
+        """Count the request; returns the injected Fault or drawn fault kind to serve, if any."""
+        prompt = last_user_message(body)
+        with self._lock:
+            self.bodies.append(body)
+            self.authorizations.append(authorization)
+            self.arrivals.append(time.monotonic())
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+            attempt = self.requests[prompt]
+            self.requests[prompt] += 1
+            for fault in self.faults:
+                if fault.matches(body) and (fault.times is None or fault.times > 0):
+                    if fault.times is not None:
+                        fault.times -= 1
+                    return fault
+            kind = self._draw(prompt, attempt)
+            if kind:
+                self.served_faults[kind] += 1
+            return kind
+
+    def _draw(self, prompt: str, attempt: int) -> str | None:
+        for marker, kind in self._doomed.items():
+            if marker in prompt:
+                return kind
+        if not self.fault_rate:
+            return None
+        rng = random.Random(f"{self.seed}|{prompt}|{attempt}")
+        return rng.choice(self.kinds) if rng.random() < self.fault_rate else None
+
+    def _leave(self, status: int) -> None:
+        with self._lock:
+            self.in_flight -= 1
+            self.statuses.append(status)
+
+    def _answered(self, prompt: str) -> None:
+        with self._lock:
+            self.answers[prompt] += 1
+
+
+def _handler_for(server: OpenAIServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive, as real servers
+        # Headers and body go out in two writes; with Nagle on, the body would wait for the
+        # client's delayed ACK (40 ms on Linux) on every response. Real servers disable it too.
+        disable_nagle_algorithm = True
+
+        def log_message(self, format: str, *args) -> None:  # keep test output quiet
+            pass
+
+        def do_GET(self) -> None:  # noqa: N802 (http.server naming)
+            if self.path.rstrip("/").endswith("/_stats"):  # counters, for a server in another process
+                with server._lock:
+                    stats = {"requests": len(server.bodies), "max_in_flight": server.max_in_flight}
+                self._send(200, json.dumps(stats))
+            else:
+                self._send(404, '{"error": {"message": "not found"}}')
+
+        def do_POST(self) -> None:  # noqa: N802 (http.server naming)
+            length = int(self.headers.get("Content-Length") or 0)
+            if self.path.rstrip("/").endswith("/_reset"):
+                self.rfile.read(length)
+                server.reset_counts()
+                self._send(200, "{}")
+                return
+            try:
+                body = json.loads(self.rfile.read(length) or b"{}")
+            except ValueError:
+                self._send(400, '{"error": {"message": "invalid JSON"}}')
+                return
+            if not self.path.rstrip("/").endswith(("/chat/completions", "/completions")):
+                self._send(404, '{"error": {"message": "not found"}}')
+                return
+            authorization = self.headers.get("Authorization", "")
+            fault = server._admit(body, authorization)
+            status = 200
+            try:
+                if server.reject_auth:
+                    status = 401
+                    echo = f'{{"error": {{"message": "Invalid API key ...{authorization[-4:]}", "code": 401}}}}'
+                    self._send(401, echo)
+                    return
+                time.sleep(server.latency_s + (fault.delay_s if isinstance(fault, Fault) else 0.0))
+                if isinstance(fault, Fault) and fault.status:
+                    status = fault.status
+                    headers = {} if fault.retry_after is None else {"Retry-After": str(fault.retry_after)}
+                    self._send(status, fault.body, headers, fault.content_type)
+                elif isinstance(fault, str):
+                    status = self._serve_fault(fault, body)
+                else:
+                    self._send(200, json.dumps(server.completion(body)))
+                    server._answered(last_user_message(body))
+            except (BrokenPipeError, ConnectionResetError):
+                status = 499  # the client gave up (timeout)
+                self.close_connection = True
+            finally:
+                server._leave(status)
+
+        def _serve_fault(self, kind: str, body: dict) -> int:
+            """Serve the drawn fault ``kind``; returns the status sent (0: none)."""
+            answer = server.completion(body)
+            text = answer["choices"][0].get("message", {}).get("content", "")
+            if kind in ("429_retry_after", "429", "retry_after_date"):
+                headers = {}
+                if kind == "429_retry_after":
+                    headers["Retry-After"] = RETRY_AFTER_S
+                elif kind == "retry_after_date":  # one second ahead, in UTC, written without a zone
+                    headers["Retry-After"] = email.utils.formatdate(time.time() + 1, usegmt=True)[:-4]
+                self._send(429, '{"error": {"message": "rate limited"}}', headers)
+                return 429
+            if kind == "500":
+                self._send(500, '{"error": {"message": "internal error"}}')
+                return 500
+            if kind == "hang":
+                server._stopping.wait(server.hang_s)
+                self.close_connection = True
+                return 0
+            if kind == "reset":
+                self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                self.close_connection = True
+                return 0
+            payload = json.dumps(answer)
+            if kind == "truncated":
+                self._send(200, payload, cut_at=len(payload) // 2)
+            elif kind == "truncated_json":
+                self._send(200, payload[: len(payload) // 2])
+            elif kind == "null_content":
+                self._send(200, _with_message(answer, {"role": "assistant", "content": None}))
+            elif kind == "missing_message":
+                self._send(200, _with_message(answer, None))
+            elif kind == "empty_choices":
+                self._send(200, json.dumps({**answer, "choices": []}))
+            elif kind == "html":
+                self._send(200, "<html><body><h1>502 Bad Gateway</h1></body></html>", content_type="text/html")
+            elif kind == "error_object":
+                self._send(200, '{"error": {"message": "upstream provider error", "code": 502}}')
+            elif kind in ("empty_stop", "empty_error"):
+                finish = "stop" if kind == "empty_stop" else "error"
+                self._send(200, _with_message(answer, {"role": "assistant", "content": ""}, finish))
+            elif kind == "parts":
+                half = len(text) // 2
+                parts = [{"type": "text", "text": text[:half]}, {"type": "text", "text": text[half:]}]
+                self._send(200, _with_message(answer, {"role": "assistant", "content": parts}))
+                server._answered(last_user_message(body))
+            elif kind == "mismatch_same":
+                self._send(200, json.dumps({**answer, "model": OTHER_MODEL}))
+            elif kind == "mismatch_other":
+                other = _with_message(answer, {"role": "assistant", "content": "[]"})
+                self._send(200, json.dumps({**json.loads(other), "model": OTHER_MODEL}))
+            elif kind == "length":
+                cut = {**answer, "usage": {**answer["usage"], "completion_tokens": 1}}
+                self._send(200, _with_message(cut, {"role": "assistant", "content": text[: len(text) // 2]}, "length"))
+            elif kind == "bad_gzip":
+                self._send(200, payload, {"Content-Encoding": "gzip"}, raw=b"\x1f\x8b\x08\x00not-gzip-at-all")
+            elif kind in ("slow_drip", "slow_drip_over"):
+                seconds = server.drip_s if kind == "slow_drip" else server.hang_s
+                self._drip(payload.encode("utf-8"), seconds)
+                if kind == "slow_drip":
+                    server._answered(last_user_message(body))
+            return 200
+
+        def _drip(self, data: bytes, seconds: float) -> None:
+            """Send ``data`` in ten pieces spread over ``seconds``."""
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            step = max(1, len(data) // 10)
+            for start in range(0, len(data), step):
+                if server._stopping.wait(seconds / 10):
+                    break
+                self.wfile.write(data[start : start + step])
+                self.wfile.flush()
+
+        def _send(
+            self,
+            status: int,
+            payload: str,
+            headers: dict | None = None,
+            content_type: str = "application/json",
+            cut_at: int | None = None,
+            raw: bytes | None = None,
+        ) -> None:
+            data = payload.encode("utf-8") if raw is None else raw
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(data)))
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
+            self.end_headers()
+            if cut_at is None:
+                self.wfile.write(data)
+            else:
+                self.wfile.write(data[:cut_at])
+                self.wfile.flush()
+                self.close_connection = True
+
+    return Handler
+
+
+def _with_message(answer: dict, message: dict | None, finish_reason: str | None = None) -> str:
+    """``answer`` with its first choice's message replaced (None: removed), as JSON text."""
+    completion = json.loads(json.dumps(answer))
+    choice = completion["choices"][0]
+    if message is None:
+        choice.pop("message", None)
+    else:
+        choice["message"] = message
+    if finish_reason is not None:
+        choice["finish_reason"] = finish_reason
+    return json.dumps(completion)
+
+
+class _LoopbackServer(ThreadingHTTPServer):
+    request_queue_size = 256  # many concurrent connects must not overflow the listen backlog
+    daemon_threads = True  # a handler still sleeping (slow response) must not block stop()
+
+
+# The names the tests used for the two servers this one replaced.
+FakeOpenAIServer = OpenAIServer
+FaultServer = OpenAIServer
+
+
+def main() -> None:
+    """Serve until stdin closes: ``python -m tests.helpers.openai_server --latency 0.2``.
+
+    Prints the base URL as the first line of stdout, so a benchmark can run the server in its
+    own process (its CPU then does not compete with the client's event loop for the GIL).
+    """
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(description="loopback OpenAI-compatible test server")
+    parser.add_argument("--latency", type=float, default=0.0, help="seconds before every answer")
+    args = parser.parse_args()
+    with OpenAIServer(latency_s=args.latency) as server:
+        print(server.base_url, flush=True)
+        sys.stdin.read()
+
+
+if __name__ == "__main__":
+    main()

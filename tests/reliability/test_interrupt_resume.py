@@ -1,0 +1,133 @@
+"""Ctrl-C (SIGINT) or SIGTERM during a run: one line, exit 128 + signal, the run FAILED, and the
+same command resumes to exactly the uninterrupted result without re-sending a cached request.
+
+The signal is sent from inside the loopback server when it receives its k-th request, so the
+run is stopped with that request in flight: at the first answer, halfway, and at the last.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import threading
+from pathlib import Path
+
+import mlflow
+import pytest
+
+from src.data.schema import write_records
+from tests.helpers.openai_server import FakeOpenAIServer, last_user_message
+from tests.helpers.paths import REPO_ROOT
+from tests.helpers.resumable_run import (
+    WORDS,
+)
+from tests.helpers.resumable_run import (
+    answer as _answer,
+)
+from tests.helpers.resumable_run import (
+    cached_prompts as _cached_prompts,
+)
+from tests.helpers.resumable_run import (
+    command as _command,
+)
+from tests.helpers.resumable_run import (
+    env as _env,
+)
+from tests.helpers.resumable_run import (
+    final_metrics as _final_metrics,
+)
+from tests.helpers.resumable_run import (
+    records as _records,
+)
+
+LINE = re.compile(r"^interrupted: (\d+) of (\d+) answers cached; the same command resumes$")
+
+
+class SignallingServer(FakeOpenAIServer):
+    """Sends ``signum`` to the registered client process when its ``signal_at``-th request arrives."""
+
+    def __init__(self) -> None:
+        super().__init__(answer=self._answer_or_signal)
+        self.signal_at: int | None = None
+        self.signum = signal.SIGINT
+        self.victim: subprocess.Popen | None = None
+        self.received = 0
+        self.prompts: list[str] = []
+        self._count_lock = threading.Lock()
+
+    def _answer_or_signal(self, body: dict) -> str:
+        with self._count_lock:
+            self.received += 1
+            self.prompts.append(last_user_message(body).rstrip())
+            if self.signal_at is not None and self.received == self.signal_at and self.victim is not None:
+                os.kill(self.victim.pid, self.signum)
+        return _answer(body)
+
+
+def _run(workspace: Path, server: SignallingServer, signal_at: int | None) -> subprocess.CompletedProcess:
+    server.signal_at = signal_at
+    server.received = 0
+    process = subprocess.Popen(
+        _command(workspace, server),
+        cwd=REPO_ROOT,
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    server.victim = process
+    stdout, stderr = process.communicate(timeout=300)
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+
+def _statuses(workspace: Path) -> list[str]:
+    client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{workspace / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("tempgen")
+    runs = client.search_runs([experiment.experiment_id], order_by=["attributes.start_time ASC"])
+    return [run.info.status for run in runs]
+
+
+def _workspace(root: Path) -> Path:
+    for split in ("base", "train"):
+        write_records(root / "prepared" / "timex" / f"{split}.jsonl", _records())
+    return root
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> dict[str, float]:
+    workspace = _workspace(tmp_path_factory.mktemp("reference"))
+    with SignallingServer() as server:
+        done = _run(workspace, server, None)
+        assert done.returncode == 0, done.stderr[-3000:]
+    return _final_metrics(workspace)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("signal_at", [1, 5, len(WORDS)])
+def test_a_signal_stops_the_run_in_one_line_and_the_same_command_resumes(
+    tmp_path: Path, reference: dict, signum: int, signal_at: int
+):
+    workspace = _workspace(tmp_path)
+    with SignallingServer() as server:
+        server.signum = signum
+        done = _run(workspace, server, signal_at)
+        assert done.returncode == 128 + signum, done.stderr[-3000:]
+        assert "Traceback" not in done.stderr, done.stderr[-3000:]
+        last = done.stderr.strip().splitlines()[-1]
+        match = LINE.match(last)
+        assert match, last
+        cached = _cached_prompts(workspace / "cache")
+        assert (int(match[1]), int(match[2])) == (len(cached), len(WORDS))
+        assert len(cached) <= signal_at
+        assert _statuses(workspace) == ["FAILED"]
+
+        server.prompts.clear()
+        done = _run(workspace, server, None)
+        assert done.returncode == 0, done.stderr[-3000:]
+        resent = cached & set(server.prompts)
+        assert not resent, f"re-sent requests for cached answers: {sorted(resent)}"
+        assert len(set(server.prompts)) == len(WORDS) - len(cached)
+    assert _final_metrics(workspace) == pytest.approx(reference)
+    assert _statuses(workspace) == ["FAILED", "FINISHED"]
