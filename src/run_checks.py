@@ -37,14 +37,19 @@ class ConfigError(ValueError):
 
 def unknown_choice_error(overrides: Sequence[str], conf_dir: Path = CONF_DIR) -> str | None:
     """The message for ``model=nope`` (or strategy, dimension, condition): the valid choices on one
-    line, instead of Hydra's multi-line listing; None when every choice exists."""
+    line, instead of Hydra's multi-line listing; None when every choice exists.
+
+    A multirun sweep (``model=a,b``) is checked value by value; a sweep function or an
+    interpolation (``choice(...)``, ``glob(*)``, ``${...}``) is left to Hydra.
+    """
     for override in overrides:
         key, sep, value = override.lstrip("+~").partition("=")
-        if not sep or key not in CHOICE_GROUPS or value in ("", "null"):
+        if not sep or key not in CHOICE_GROUPS or value in ("", "null") or any(c in value for c in "()*$"):
             continue
         choices = sorted(path.stem for path in (conf_dir / key).glob("*.yaml"))
-        if value not in choices:
-            return f"{key}: unknown {value!r}; choose one of {', '.join(choices)}"
+        for name in value.split(","):
+            if name.strip() not in choices:
+                return f"{key}: unknown {name.strip()!r}; choose one of {', '.join(choices)}"
     return None
 
 

@@ -160,6 +160,14 @@ def test_an_unknown_group_choice_lists_the_valid_ones_on_one_line(argv: list[str
     assert unknown_choice_error(["model=qwen25_7b", "strategy=A+D+I", "condition=null"]) is None
 
 
+def test_a_multirun_sweep_is_checked_value_by_value():
+    """``-m model=a,b`` names two valid models (the launcher tests' sweep once failed here)."""
+    assert unknown_choice_error(["-m", "model=qwen25_7b,llama3_8b", "strategy=I,D+I,A+D+I"]) is None
+    assert unknown_choice_error(["-m", "strategy=glob(*)", "model=choice(qwen25_7b,llama3_8b)"]) is None
+    error = unknown_choice_error(["-m", "model=qwen25_7b,nope"])
+    assert error is not None and error.startswith("model: unknown 'nope'; choose one of llama3_8b")
+
+
 @pytest.mark.parametrize(
     "override, message",
     [
