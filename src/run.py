@@ -62,8 +62,15 @@ from src.store_health import (
     quiet_store_tracebacks,
     shown,
 )
-from src.tracking import StoreError, config_secrets, data_version, git_commit, log_json_artifact, redact
-from src.tracking import tracking_uri as resolve_tracking_uri
+from src.tracking import (
+    StoreError,
+    config_secrets,
+    data_version,
+    git_commit,
+    log_json_artifact,
+    redact,
+    tracking_uri as resolve_tracking_uri,
+)
 from src.verdict import run_verdict
 
 log = logging.getLogger("src.run")

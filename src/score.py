@@ -24,8 +24,7 @@ from src.scoring.metrics import ScoreResult, score_pairs
 from src.scoring.predictions import load_pairs
 from src.scoring.stats import bootstrap_f1, percentile_interval, resample_counts
 from src.scoring.variants import VARIANTS, score_all_variants
-from src.study import METRICS
-from src.study import PRIMARY_SCORER as PRIMARY
+from src.study import METRICS, PRIMARY_SCORER as PRIMARY
 
 BYTES_PER_COUNT = 16  # float64 counts, held twice while the blocks are concatenated
 

@@ -6,8 +6,7 @@ import json
 from collections import Counter
 from functools import lru_cache
 
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from src.data.schema import Record, Span, check_spans, read_records, write_records
 from src.data.text import word_offsets, words

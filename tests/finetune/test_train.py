@@ -368,8 +368,12 @@ def test_length_grouped_training_evaluates_in_the_validation_order(tmp_path, tin
     must see the validation sentences in their order."""
     from transformers import AutoModelForTokenClassification, AutoTokenizer, DataCollatorForTokenClassification, Trainer
 
-    from src.finetune.hf_trainer import SentenceDataset as _SentenceDataset
-    from src.finetune.hf_trainer import encode_records, in_order_trainer_class, training_arguments
+    from src.finetune.hf_trainer import (
+        SentenceDataset as _SentenceDataset,
+        encode_records,
+        in_order_trainer_class,
+        training_arguments,
+    )
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_checkpoint)
     encoded = encode_records(make_synthetic_records(40, seed=3), "TIMEX", tokenizer, 24)

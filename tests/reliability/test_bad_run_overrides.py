@@ -23,8 +23,6 @@ from tests.helpers.openai_server import FakeOpenAIServer
 from tests.helpers.paths import REPO_ROOT
 from tests.helpers.resumable_run import (
     answer as _answer,
-)
-from tests.helpers.resumable_run import (
     records as _records,
 )
 

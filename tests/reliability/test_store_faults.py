@@ -23,20 +23,10 @@ from tests.helpers.openai_server import FakeOpenAIServer, last_user_message
 from tests.helpers.paths import REPO_ROOT
 from tests.helpers.resumable_run import (
     WORDS,
-)
-from tests.helpers.resumable_run import (
     answer as _answer,
-)
-from tests.helpers.resumable_run import (
     cached_prompts as _cached_prompts,
-)
-from tests.helpers.resumable_run import (
     command as _command,
-)
-from tests.helpers.resumable_run import (
     env as _env,
-)
-from tests.helpers.resumable_run import (
     records as _records,
 )
 
