@@ -1,8 +1,12 @@
-"""Shared pytest options: slow tests (real models, training) run only with --runslow."""
+"""Shared pytest options (slow tests run only with --runslow) and the session's smoke pipeline."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+
+from tests.helpers.paths import REPO_ROOT
 
 
 def pytest_addoption(parser):
@@ -16,3 +20,16 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip_slow)
+
+
+@pytest.fixture(scope="session")
+def smoke_project(tmp_path_factory) -> Path:
+    """A copy of the project after one smoke-profile ``dvc repro`` (tests/helpers/smoke_project.py),
+    shared by every end-to-end test of the session; the repro must succeed."""
+    from tests.helpers.smoke_project import smoke_repro
+
+    if not (REPO_ROOT / "data/raw/timebank-1.2").is_dir():
+        pytest.skip("data/raw not pulled")
+    project, done = smoke_repro(tmp_path_factory.mktemp("pipeline") / "project")
+    assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]
+    return project

@@ -8,8 +8,6 @@ re-runs nothing.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.paths import REPO_ROOT
+from tests.helpers.smoke_project import dvc, pipeline_env
 
 pytestmark = [
     pytest.mark.slow,
@@ -24,38 +23,17 @@ pytestmark = [
 ]
 
 
-def _project_files() -> list[str]:
-    listed = subprocess.run(
-        ["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO_ROOT, capture_output=True, text=True, check=True
-    ).stdout.splitlines()
-    return [path for path in listed if (REPO_ROOT / path).is_file()]
-
-
 @pytest.fixture(scope="module")
-def project(tmp_path_factory) -> Path:
-    copy = tmp_path_factory.mktemp("pipeline") / "project"
-    for relative in _project_files():
-        target = copy / relative
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(REPO_ROOT / relative, target)
-    shutil.copytree(REPO_ROOT / "data/raw", copy / "data/raw")
-    for path in (copy / "dvc.lock",):
-        path.unlink(missing_ok=True)
-    subprocess.run(["git", "init", "-q"], cwd=copy, check=True)
-    return copy
+def project(smoke_project: Path) -> Path:
+    return smoke_project
 
 
 def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "OPENROUTER_API_KEY")}
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
-    env["HF_HUB_OFFLINE"] = "1"
-    return env
+    return pipeline_env()
 
 
 def _dvc(project: Path, *args: str, timeout: int = 3000) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "dvc", *args], cwd=project, env=_env(), capture_output=True, text=True, timeout=timeout
-    )
+    return dvc(project, *args, timeout=timeout)
 
 
 def _mlflow_client(project: Path):
@@ -65,10 +43,6 @@ def _mlflow_client(project: Path):
 
 
 def test_smoke_profile_runs_end_to_end_and_twice_is_a_no_op(project: Path):
-    shutil.copy(project / "conf/profiles/smoke.yaml", project / "sweep.yaml")  # the DVC-native profile switch
-    first = _dvc(project, "repro")
-    assert first.returncode == 0, (first.stdout + first.stderr)[-6000:]
-
     for task in ("timex", "eventx"):
         for name in ("base", "t2c", "len"):
             assert (project / f"data/prepared/{task}/{name}.jsonl").exists(), f"{task}/{name} missing"
