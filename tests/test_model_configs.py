@@ -50,6 +50,7 @@ def conf_dir(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("conf")
     shutil.copytree(CONF / "model", root / "model")
     shutil.copytree(CONF / "strategy", root / "strategy")
+    shutil.copytree(CONF / "backend_options", root / "backend_options")
     (root / "config.yaml").write_text(
         "defaults:\n  - model: smollm2_135m\n  - strategy: I\n  - _self_\nseed: 0\n", encoding="utf-8"
     )

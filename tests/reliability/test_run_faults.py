@@ -56,10 +56,10 @@ def _overrides(workspace: Path, server: OpenAIServer, name: str, *extra: str) ->
         "datasets=[base]",
         f"limit={N}",
         f"model.options.base_url={server.base_url}",
-        f"+model.options.max_retries={MAX_RETRIES}",
-        "+model.options.backoff_base_s=0.01",
-        "+model.options.backoff_max_s=0.02",
-        "+model.options.timeout_s=5",
+        f"model.options.max_retries={MAX_RETRIES}",
+        "model.options.backoff_base_s=0.01",
+        "model.options.backoff_max_s=0.02",
+        "model.options.timeout_s=5",
         f"paths.prepared={workspace / 'prepared'}",
         f"paths.cache={workspace / name / 'cache'}",
         f"mlflow.tracking_uri=sqlite:///{workspace / name / 'mlflow.db'}",
@@ -97,7 +97,7 @@ def test_a_run_through_30_percent_faults_heals_to_the_fault_free_metrics_within_
     fault_free = _f1(workspace, "clean")
     assert 0 < fault_free < 1
 
-    strict = "+model.options.on_model_mismatch=fail"
+    strict = "model.options.on_model_mismatch=fail"
     with OpenAIServer(answer=_answer, fault_rate=0.3, seed=29, kinds=NEW_FAULTS) as faulty:
         overrides = _overrides(workspace, faulty, "faulty", strict)
         faulty.doom("Sentence 7 ", "empty_error")  # one instance fails whatever the draws
