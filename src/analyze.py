@@ -8,6 +8,10 @@ beside a multiple-comparison correction, compares the fine-tuned models, and wri
 ``reports/report.md`` with an HTML rendering, and ``reports/analysis.json`` (the headline
 numbers and each configuration's provenance, for DVC). The computation is
 ``src.report.analysis``; this module parses arguments, loads, calls and writes.
+
+``--evidence DIR`` reads each configuration from its evidence folder (a DVC output) where it
+exists, so a pulled study needs no MLflow store. ``--runs ID1,ID2`` or ``--experiment NAME``
+alone (no ``--summaries``/``--sweep``) builds a report from hand runs, labelled as such.
 """
 
 from __future__ import annotations
@@ -24,8 +28,9 @@ import yaml
 
 from src.report import figures, plots, rq, tables, writer
 from src.report.analysis import Analysis, analysis_summary, run_analysis
+from src.report.browser import write_instance_pages
 from src.report.figures import read_top_gold
-from src.report.loading import load_results
+from src.report.loading import load_hand_runs, load_results
 from src.tracking import PROJECT_ROOT, default_experiment, tracking_uri
 
 log = logging.getLogger("src.analyze")
@@ -40,14 +45,36 @@ def default_seed() -> int:
     return int(lookup("seed"))
 
 
-def write_outputs(analysis: Analysis, out: Path) -> dict[str, Path]:
-    """Tables, figures, the report (markdown + HTML) and ``analysis.json`` under ``out``."""
+def instance_texts(keys: set[tuple[str, str]]) -> dict[tuple[str, str], dict[str, str]]:
+    """Each (task, dataset)'s instance texts by id, from the prepared and derived sets (params.yaml
+    paths); a set that is not on this machine (hand runs from elsewhere) gets none: its instance
+    page then shows ids and spans without the text."""
+    from src import study
+    from src.data.schema import read_records
+    from src.params import lookup
+
+    texts: dict[tuple[str, str], dict[str, str]] = {}
+    for task, dataset in sorted(keys):
+        path = PROJECT_ROOT / study.dataset_path(lookup("paths.prepared"), lookup("paths.derived"), task, dataset)
+        if path.is_file():
+            texts[(task, dataset)] = {record.id: record.text for record in read_records(path)}
+        else:
+            log.warning("%s/%s: %s is missing; its instance page has no texts", task, dataset, path)
+    return texts
+
+
+def write_outputs(analysis: Analysis, out: Path, profile: str | None = None) -> dict[str, Path]:
+    """Tables, figures, instance pages, the report (markdown + HTML) and ``analysis.json`` under ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     written = tables.write_tables(analysis, out / "tables")
     drawn = figures.draw_all(analysis, out / "figures")
     analysis.timings["figures_s"] = time.perf_counter() - started
-    report = writer.write_report(analysis, drawn, written, out)
+    instances = getattr(analysis.results, "instances", None) or {}
+    if instances:
+        texts = instance_texts({(task, dataset) for _, task, dataset in instances})
+        write_instance_pages(out / "instances", texts, instances)
+    report = writer.write_report(analysis, drawn, written, out, profile=profile)
     plots.write_plots(analysis, out / "plots")
     summary = out / "analysis.json"
     summary.write_text(json.dumps(analysis_summary(analysis), indent=2, sort_keys=True) + "\n", encoding="utf-8")
@@ -65,6 +92,20 @@ def sweep_summaries(path: Path) -> list[str]:
     return prompted + finetuned
 
 
+def log_analysis(experiment: str, uri: str, profile: str, args: argparse.Namespace) -> None:
+    """The analysis as an MLflow run under the profile's parent (src/run_tree.py). The report is
+    already written: a store that refuses the run costs the UI view, not the report (one warning)."""
+    from src.run_tree import log_analysis_run
+
+    params = {"resamples": args.resamples, "alpha": args.alpha, "correction": args.correction, "out": str(args.out)}
+    try:
+        run_id = log_analysis_run(experiment, uri, profile, args.out, params)
+    except Exception as error:  # noqa: BLE001 - any store fault: the files on disk are the result
+        log.warning("the analysis was not logged to MLflow (%s): %s", uri, " ".join(str(error).split())[:300])
+        return
+    log.info("analysis logged to MLflow as run %s (profile %s)", run_id, profile)
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m src.analyze", description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -72,11 +113,22 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--tracking-uri", default=None, help="default: $MLFLOW_TRACKING_URI, else the local store")
     parser.add_argument(
+        "--runs",
+        default=None,
+        help="comma-separated MLflow run ids: a report from these hand runs (not the pipeline's summaries)",
+    )
+    parser.add_argument(
+        "--evidence",
+        type=Path,
+        default=None,
+        help="folder of the configurations' evidence (DVC outputs, e.g. evidence): read there where present",
+    )
+    parser.add_argument(
         "--summaries",
         type=Path,
-        default=Path("summaries"),
+        default=None,
         help="folder of the pipeline's summary files (**/*.json, each naming a run_id); "
-        "exactly those runs are analysed (default: summaries)",
+        "exactly those runs are analysed (default: summaries, unless --runs or --experiment alone)",
     )
     parser.add_argument(
         "--sweep",
@@ -113,9 +165,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     stats_json = args.stats_json or PROJECT_ROOT / lookup("paths.prepared") / "stats.json"
     uri = tracking_uri(args.tracking_uri)
     started = time.perf_counter()
+    hand = args.runs is not None or (
+        args.experiment is not None and args.summaries is None and args.sweep is None and args.evidence is None
+    )
     try:
-        expected = sweep_summaries(args.sweep) if args.sweep else None
-        results = load_results(args.experiment or default_experiment(), uri, args.summaries, expected)
+        if hand:
+            run_ids = [part.strip() for part in (args.runs or "").split(",") if part.strip()]
+            if args.runs is not None and not run_ids:
+                raise ValueError("--runs names no run id")
+            if args.summaries is not None or args.sweep is not None:
+                raise ValueError("--runs reads hand runs: it takes no --summaries or --sweep")
+            results = load_hand_runs(uri, args.experiment or (None if run_ids else default_experiment()), run_ids)
+        else:
+            expected = sweep_summaries(args.sweep) if args.sweep else None
+            summaries = args.summaries or Path("summaries")
+            results = load_results(args.experiment or default_experiment(), uri, summaries, expected, args.evidence)
     except ValueError as error:
         message = " ".join(str(error).split())  # one line, whatever the store's message held
         print(f"error: {message}", file=sys.stderr)
@@ -126,7 +190,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     analysis.timings["load_s"] = loaded
     analysis.top_gold = read_top_gold(stats_json)
-    written = write_outputs(analysis, args.out)
+    profile = None
+    if args.sweep:
+        profile = ((yaml.safe_load(args.sweep.read_text(encoding="utf-8")) or {}).get("sweep") or {}).get("profile")
+    written = write_outputs(analysis, args.out, profile)
+    if profile and not hand:
+        log_analysis(args.experiment or default_experiment(), uri, profile, args)
     log.info(
         "report: %s (load %.1fs, analysis %.1fs, figures %.1fs)",
         written["report"],

@@ -6,7 +6,9 @@ hands the outputs to the one evaluation runner (:mod:`src.scoring.runner`), whic
 the MLflow run ``{model}-{strategy}``. Requests that still fail after their retries are
 listed with their real causes and the process exits 1; a re-run sends only what is
 missing. A bad override, value or tracking store is one line on stderr and exit code 2, before
-any request (:mod:`src.run_checks`, :mod:`src.store_health`). Ctrl-C or SIGTERM ends the run
+any request (:mod:`src.run_checks`, :mod:`src.store_health`), and so is a plan that would pass
+``budget.max_cost_usd`` or ``budget.max_requests`` (:mod:`src.pricing`; the plan is logged as
+``plan.json``, ``python -m src.plan`` prints it). Ctrl-C or SIGTERM ends the run
 FAILED with one line (``interrupted: N of M answers cached; ...``) and exit code 130 / 143; a
 store that fails mid-run marks the run FAILED after a bounded wait, exit code 1. The run ends
 with its verdict: F1 per dataset and a warning naming the datasets whose answers are not to
@@ -31,14 +33,28 @@ from src.data.schema import Record, read_records
 from src.data.splits import subset_by_id
 from src.data.text import words
 from src.params import register_resolver
+from src.pricing import (
+    Price,
+    attempts_of,
+    budget_from_config,
+    budget_problem,
+    model_price,
+    plan_configuration,
+    record_spend,
+    request_key,
+    result_cost,
+    spent,
+    token_counter,
+    usd,
+)
 from src.prompts import PromptOptions, Strategy, build_request_parts, select_exemplars, strategy_from_config
 from src.prompts.answer_schema import ANSWER_FORMATS, PROMPT_FORMS
 from src.run_checks import (
     ConfigError,
-    check_backend_options,
     check_rate,
     check_seconds,
     check_seed,
+    endpoint_of,
     name_list,
     positive_count,
     unknown_choice_error,
@@ -77,8 +93,29 @@ log = logging.getLogger("src.run")
 register_resolver()
 
 TRAIN_SPLIT = "train"
+#: A dataset's usage (usage.json, ``<task>.<dataset>.usage.*`` metrics): tokens and cost of new
+#: requests apart from those of cached answers (``cached_*``); see :meth:`PromptedSystem.usage`.
+USAGE_FIELDS = (
+    "requests",
+    "sent",
+    "cached",
+    "duplicates",
+    "failed",
+    "attempts",
+    "retried",
+    "prompt_tokens",
+    "completion_tokens",
+    "cost",
+    "cached_prompt_tokens",
+    "cached_completion_tokens",
+    "cached_cost",
+    "latency_s",
+)
 EXIT_INTERRUPTED = 128 + signal.SIGINT  # 130, what a shell reports for Ctrl-C
-EXIT_TERMINATED = 128 + signal.SIGTERM  # 143
+# 143: SIGTERM stops the run exactly as Ctrl-C does (same line, run FAILED, answers cached); only
+# the code differs, the one shells, `timeout`, systemd and CI report for a terminated process, so
+# whoever stopped the run (a scheduler, not a person) can tell from the exit code
+EXIT_TERMINATED = 128 + signal.SIGTERM
 DEFAULT_LOCK_WAIT_S = 30.0
 
 
@@ -214,8 +251,7 @@ def check_config(cfg: DictConfig) -> tuple[Strategy, PromptOptions, list[tuple[s
         unknown = [v for v in variants if v not in VARIANTS]
         if unknown:
             raise ConfigError(f"scoring.variants: unknown {unknown}; choose from {list(VARIANTS)}")
-    options = OmegaConf.to_container(cfg.model.get("options") or {}, resolve=True)
-    check_backend_options(str(cfg.model.backend), options)
+    endpoint_of(cfg)  # the provider= redirection and the backend options: one line, exit 2
     return strategy, prompt_options(cfg), planned_datasets(cfg)
 
 
@@ -239,8 +275,8 @@ def build_backend(cfg: DictConfig):
     from src.backends import create_backend
     from src.backends.cache import CachedBackend, ResponseCache
 
-    options = OmegaConf.to_container(cfg.model.get("options") or {}, resolve=True)
-    backend = create_backend(cfg.model.backend, model_id=cfg.model.model_id, **options)
+    model_id, options = endpoint_of(cfg)
+    backend = create_backend(cfg.model.backend, model_id=model_id, **options)
     return CachedBackend(backend, ResponseCache(cfg.paths.cache))
 
 
@@ -266,13 +302,19 @@ def generation_budget(cfg: DictConfig, strategy: Strategy, dataset: str) -> int:
 class PromptedSystem:
     """A model under a strategy: prompts each record, generates (cached), parses the answers."""
 
-    def __init__(self, cfg: DictConfig, backend, strategy: Strategy, options: PromptOptions) -> None:
+    def __init__(
+        self, cfg: DictConfig, backend, strategy: Strategy, options: PromptOptions, price: Price | None = None
+    ) -> None:
         self.cfg = cfg
         self.backend = backend
         self.strategy = strategy
         self.options = options
+        self.price = price  # for answers whose provider reports no cost
         self._exemplars: dict[str, list[Record]] = {}
         self._prepared: dict[tuple[str, str], list] = {}
+        self._counted: set[str] = set()  # cache keys already in a dataset's usage: identical prompts count once
+        self._billed: set[str] = set()  # cache keys already in ``spent``
+        self.spent = {"cost_usd": 0.0, "requests": 0, "attempts": 0}  # new this run, as the answers land
         self._served_models: set[str] = set()  # issue 29 hook: the models the provider named
         self.answer_rates: dict[str, dict[str, float]] = {}  # task/dataset -> empty / mismatch shares
 
@@ -309,26 +351,76 @@ class PromptedSystem:
         results = self.backend.generate(
             [request for batch in batches for request in batch],
             progress=f"{self.strategy.name}: {len(plans)} datasets",
+            on_result=self._bill,
         )
+        self._log_endpoint_behaviour()
         start = 0
         for plan, batch in zip(plans, batches):
             self._prepared[(plan.task, plan.dataset)] = results[start : start + len(batch)]
             start += len(batch)
+
+    def _log_endpoint_behaviour(self) -> None:
+        """What the HTTP backend settled on while answering: the structured-output form it used
+        (``schema_format: auto``) and how its adaptive concurrency moved (inside the MLflow run)."""
+        import mlflow
+
+        inner = getattr(self.backend, "backend", self.backend)  # the HTTP backend inside CachedBackend
+        if getattr(inner, "schema_form_used", None) is not None:
+            mlflow.log_param("schema_form_used", inner.schema_form_used)
+        stats = getattr(inner, "concurrency_stats", None)
+        if stats is not None:
+            mlflow.log_metrics({k: float(v) for k, v in stats.as_dict().items()})
+
+    def _bill(self, index: int, result) -> None:
+        """Count a newly sent request's cost and attempts the moment it lands (an interrupted run
+        still records what it spent); hits and identical prompts are not billed."""
+        if result.cached:
+            return
+        key = request_key(self.backend, result.request)
+        if key is not None:
+            if key in self._billed:
+                return
+            self._billed.add(key)
+        self.spent["requests"] += 1
+        self.spent["attempts"] += attempts_of(result)
+        self.spent["cost_usd"] += result_cost(result, self.price)
+
+    def usage(self, results: list) -> dict[str, float]:
+        """A dataset's usage, sent apart from cached: a prompt identical to one already counted in
+        this run (here or in an earlier dataset) is a ``duplicate`` with no tokens or cost of its own;
+        ``attempts`` counts retries (``retried`` = attempts beyond one per sent request)."""
+        usage = dict.fromkeys(USAGE_FIELDS, 0.0)
+        usage["requests"] = float(len(results))
+        for result in results:
+            key = request_key(self.backend, result.request)
+            if key is not None and key in self._counted:
+                usage["duplicates"] += 1
+                continue
+            if key is not None:
+                self._counted.add(key)
+            prefix = "cached_" if result.cached else ""
+            if result.cached:
+                usage["cached"] += 1
+            else:
+                usage["sent"] += 1
+                usage["attempts"] += attempts_of(result)
+                usage["failed"] += result.text is None
+                usage["latency_s"] += result.latency_s
+            usage[f"{prefix}prompt_tokens"] += float(result.usage.get("prompt_tokens") or 0)
+            usage[f"{prefix}completion_tokens"] += float(result.usage.get("completion_tokens") or 0)
+            usage[f"{prefix}cost"] += result_cost(result, self.price)
+        usage["retried"] = usage["attempts"] - usage["sent"]
+        return usage
 
     def produce(self, plan: DatasetPlan) -> SystemOutput:
         from src.prompts.parsing import parse_answer
 
         results = self._prepared.pop((plan.task, plan.dataset), None)
         if results is None:
-            results = self.backend.generate(self.requests(plan), progress=f"{plan.task}/{plan.dataset}")
-        usage = {
-            "requests": float(len(results)),
-            "cached": float(sum(r.cached for r in results)),
-            "prompt_tokens": float(sum(r.usage.get("prompt_tokens") or 0 for r in results)),
-            "completion_tokens": float(sum(r.usage.get("completion_tokens") or 0 for r in results)),
-            "cost": float(sum(r.usage.get("cost") or 0 for r in results)),
-            "latency_s": float(sum(r.latency_s for r in results)),
-        }
+            results = self.backend.generate(
+                self.requests(plan), progress=f"{plan.task}/{plan.dataset}", on_result=self._bill
+            )
+        usage = self.usage(results)
         failures = {r.request.request_id: (r.error or "no answer") for r in results if r.text is None}
         # --- issue 29 hook (backend helper): empty answers and the served model, per dataset ---
         from src.answer_record import log_answer_record
@@ -356,6 +448,7 @@ class PromptedSystem:
                     parsed.reasoning_steps,
                     truncated=result.finish_reason == "length",
                     well_formed=parsed.well_formed,
+                    served=result.served or None,
                 )
             )
         return SystemOutput(outputs, {}, usage)
@@ -369,7 +462,8 @@ def run_record(
     model = cfg.model
     weights = weights or {}
     params: dict[str, Any] = {
-        "model_id": model.model_id,
+        "model_id": endpoint_of(cfg)[0],  # the id the endpoint serves (provider= may map it)
+        "provider": OmegaConf.select(cfg, "provider.name"),  # None: the model file's own endpoint
         "backend": model.backend,
         "requantize": weights.get("requantize"),
         "gguf_sha256": weights.get("gguf_sha256"),
@@ -394,14 +488,21 @@ def run_record(
         "git_commit": git_commit(),
         "data_version": data_version(files),
     }
-    return RunRecord(str(cfg.mlflow.run_name), "prompted", str(model.name), strategy.name, params)
+    return RunRecord(
+        str(cfg.mlflow.run_name),
+        "prompted",
+        str(model.name),
+        strategy.name,
+        params,
+        profile=OmegaConf.select(cfg, "profile"),
+    )
 
 
-def run(cfg: DictConfig) -> int:
-    """Run the configuration; returns the process exit code (1 when requests failed)."""
-    strategy, options, files = check_config(cfg)
-    store_uri = check_tracking_store(cfg)
-    secrets = config_secrets(OmegaConf.to_container(cfg, resolve=True))
+def configured_system(
+    cfg: DictConfig, strategy: Strategy, options: PromptOptions, files: list[tuple[str, str, Path]]
+) -> tuple[PromptedSystem, list[DatasetPlan]]:
+    """The cached backend (built, not started: nothing is loaded or sent), the system and the
+    dataset plans of a checked configuration: what a run generates and what :mod:`src.plan` prices."""
     try:  # fails here, before any run is opened, e.g. on a missing API key or llama.cpp build
         backend = build_backend(cfg)
     except (ValueError, ImportError, RuntimeError, FileNotFoundError) as error:
@@ -411,17 +512,48 @@ def run(cfg: DictConfig) -> int:
         DatasetPlan(task, dataset, path, planned_records(path, limit, int(cfg.seed), max_words))
         for task, dataset, path in files
     ]
-    record = run_record(cfg, strategy, options, [path for _, _, path in files], backend.cache_identity())
-    system = PromptedSystem(cfg, backend, strategy, options)
+    system = PromptedSystem(cfg, backend, strategy, options, model_price(cfg))
     for task in dict.fromkeys(task for task, _, _ in files):  # fail before a run is opened, not inside it
         try:
             system.exemplars(task)
         except (ValueError, FileNotFoundError) as error:
             raise ConfigError(f"{task} exemplars: {error}") from None
+    return system, plans
+
+
+def plan_of(cfg: DictConfig, system: PromptedSystem, plans: list[DatasetPlan]) -> dict[str, Any]:
+    """The configuration's plan (:func:`src.pricing.plan_configuration`) from the run's own requests."""
+    batches = [(f"{plan.task}/{plan.dataset}", system.requests(plan)) for plan in plans]
+    return plan_configuration(str(cfg.mlflow.run_name), system.backend, batches, system.price, token_counter(cfg))
+
+
+def run(cfg: DictConfig) -> int:
+    """Run the configuration; returns the process exit code (1 when requests failed)."""
+    strategy, options, files = check_config(cfg)
+    budget = budget_from_config(cfg)
+    store_uri = check_tracking_store(cfg)
+    secrets = config_secrets(OmegaConf.to_container(cfg, resolve=True))
+    system, plans = configured_system(cfg, strategy, options, files)
+    backend = system.backend
+    record = run_record(cfg, strategy, options, [path for _, _, path in files], backend.cache_identity())
+    plan = plan_of(cfg, system, plans)
+    already = spent(budget)
+    problem = budget_problem(budget, plan, already)
+    if problem:
+        raise ConfigError(problem)
+    plan["budget"] = {**budget.__dict__, "ledger_file": str(budget.ledger_file), "spent_before": already}
+    log.info(
+        "plan: %d requests, %d cached, %d to send, ceiling %s",
+        plan["requests"],
+        plan["cached"],
+        plan["to_send"],
+        "unknown (no price)" if plan["ceiling_cost_usd"] is None else usd(plan["ceiling_cost_usd"]),
+    )
 
     def log_config() -> None:
         resolved = redact(OmegaConf.to_container(cfg, resolve=True), secrets)
         log_json_artifact(resolved, "config/resolved.json", secrets)
+        log_json_artifact(plan, "plan.json", secrets)
 
     scoring = ScoringOptions(
         int(cfg.scoring.bootstrap_resamples),
@@ -433,7 +565,15 @@ def run(cfg: DictConfig) -> int:
     opened_ms = int(time.time() * 1000) - 1000  # a run this process opens starts after this
     try:
         outcome = evaluate_configuration(
-            record, plans, system, scoring, str(cfg.mlflow.experiment), cfg.mlflow.tracking_uri, secrets, log_config
+            record,
+            plans,
+            system,
+            scoring,
+            str(cfg.mlflow.experiment),
+            cfg.mlflow.tracking_uri,
+            secrets,
+            log_config,
+            evidence=OmegaConf.select(cfg, "evidence", default=None),
         )
     except StoreError:
         raise  # the store refused before the run opened: exit 2, nothing sent
@@ -445,6 +585,8 @@ def run(cfg: DictConfig) -> int:
         if not is_store_fault(error):
             raise
         raise StoreFailedMidRun(store_fault_line(cfg, store_uri, record.run_name, opened_ms, error)) from None
+    finally:  # what was sent is spent, whether the run finished, failed or was stopped
+        record_spend(budget, record.run_name, system.spent)
     if cfg.get("summary"):
         write_summary(Path(cfg.summary), record, outcome)
     for line in report_failures(outcome):

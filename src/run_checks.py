@@ -3,7 +3,8 @@
 Each check raises :class:`ConfigError` with one line naming the key and what it accepts, so
 ``python -m src.run`` stops with exit code 2 before the first request: a seed out of numpy's
 range, a ``limit`` or token budget of 0, a ``tasks=timex`` that is not a list, a base URL that
-is no URL, option values of the wrong type, an unknown config group choice.
+is no URL, option values of the wrong type, an unknown config group choice, a provider that
+has no id for the model (:func:`endpoint_of`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from src.cli import MAX_SEED, optional_int
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 #: Config groups whose choice is a file ``conf/<group>/<name>.yaml``.
-CHOICE_GROUPS = ("model", "strategy", "dimension", "condition")
+CHOICE_GROUPS = ("model", "strategy", "dimension", "condition", "provider")
 #: Numeric options of the OpenAI-compatible backend: (smallest allowed, integer only).
 OPENAI_NUMBERS = {
     "max_concurrency": (1, True),
@@ -28,7 +29,10 @@ OPENAI_NUMBERS = {
     "backoff_base_s": (0, False),
     "backoff_max_s": (0, False),
     "seed": (0, True),
+    "min_tokens_per_s": (0.001, False),
 }
+#: Numeric options that may also be null (the backend's own default).
+NULLABLE_NUMBERS = frozenset({"min_tokens_per_s"})
 
 
 class ConfigError(ValueError):
@@ -127,10 +131,33 @@ def check_backend_options(backend: str, options: dict[str, Any]) -> None:
         if name not in options:
             continue
         value = options[name]
+        if value is None and name in NULLABLE_NUMBERS:
+            continue
         kind = (int,) if integer else (int, float)
         if isinstance(value, bool) or not isinstance(value, kind) or value < low:
             what = "an integer" if integer else "a number"
             raise ConfigError(f"{prefix}.{name}: expected {what} >= {low:g}, got {value!r}")
+    from src.backends.openai_backend import SCHEMA_FORMATS
+
+    schema_format = options.get("schema_format")
+    if schema_format is not None and schema_format not in SCHEMA_FORMATS:
+        raise ConfigError(f"{prefix}.schema_format: expected one of {', '.join(SCHEMA_FORMATS)}, got {schema_format!r}")
     mismatch = options.get("on_model_mismatch")
     if mismatch is not None and mismatch not in ("warn", "fail"):
         raise ConfigError(f"{prefix}.on_model_mismatch: expected warn or fail, got {mismatch!r}")
+
+
+def endpoint_of(cfg: DictConfig) -> tuple[str, dict[str, Any]]:
+    """(model_id, backend options) the run's backend is built with: the model file's, redirected
+    by ``provider`` when one is chosen (:func:`src.backends.endpoint.resolve_endpoint`), checked."""
+    from src.backends.endpoint import EndpointError, resolve_endpoint
+
+    model = OmegaConf.to_container(cfg.model, resolve=True)
+    provider = OmegaConf.select(cfg, "provider")
+    provider = OmegaConf.to_container(provider, resolve=True) if provider is not None else None
+    try:
+        model_id, options = resolve_endpoint(model, provider)
+    except EndpointError as error:
+        raise ConfigError(str(error)) from None
+    check_backend_options(str(model.get("backend")), options)
+    return model_id, options

@@ -6,8 +6,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.paths import REPO_ROOT
-
 
 def pytest_addoption(parser):
     parser.addoption("--runslow", action="store_true", default=False, help="run tests marked slow")
@@ -26,6 +24,7 @@ def pytest_collection_modifyitems(config, items):
 def smoke_project(tmp_path_factory) -> Path:
     """A copy of the project after one smoke-profile ``dvc repro`` (tests/helpers/smoke_project.py),
     shared by every end-to-end test of the session; the repro must succeed."""
+    from tests.helpers.paths import REPO_ROOT
     from tests.helpers.smoke_project import smoke_repro
 
     if not (REPO_ROOT / "data/raw/timebank-1.2").is_dir():

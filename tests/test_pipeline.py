@@ -2,7 +2,8 @@
 
 This is the issue-7 acceptance path in miniature: ``dvc repro`` from the raw data to the
 report, every number in the report present in MLflow, and a second ``dvc repro`` that
-re-runs nothing.
+re-runs nothing; and issue 31's: ``dvc push``, a fresh clone with an empty MLflow store,
+``dvc pull``, an analysis change re-run from the pulled evidence, and the restore.
 """
 
 from __future__ import annotations
@@ -149,3 +150,88 @@ def test_push_then_a_fresh_clone_pulls_every_stage_output(project: Path, tmp_pat
         [sys.executable, "-m", "dvc", "repro", "--dry"], cwd=clone, env=_env(), capture_output=True, text=True
     )
     assert "Running stage" not in dry.stdout, dry.stdout[-3000:]
+    _pulled_study_is_analysed_restored_and_guarded(project, clone)
+
+
+def _run_in(clone: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *args], cwd=clone, env=_env(), capture_output=True, text=True, timeout=900)
+
+
+def _pulled_study_is_analysed_restored_and_guarded(project: Path, clone: Path) -> None:
+    """Issue 31 in the clone, whose MLflow store is empty: a foreign evidence folder is refused, an
+    analysis change re-runs only the analysis (no model, no store), the restore rebuilds the runs once."""
+    import shutil
+
+    import yaml
+
+    from src.evidence import MACHINE_METRIC
+
+    assert not (clone / "mlruns/mlflow.db").exists()
+    for folder in ("evidence/runs/smollm2_135m-I", "evidence/finetuned/minilm"):
+        assert (clone / folder / "run.json").is_file(), f"{folder} not pulled"
+    # a run folder of another configuration dropped over a pulled one: refused, one line naming it
+    target = clone / "evidence/runs/smollm2_135m-A+D"
+    shutil.rmtree(target)
+    shutil.copytree(clone / "evidence/runs/smollm2_135m-I", target)
+    refused = _run_in(
+        clone, "-m", "src.analyze", "--summaries", "summaries", "--evidence", "evidence", "--sweep", "sweep.yaml",
+        "--out", str(clone / "scratch-report"),
+    )  # fmt: skip
+    lines = [line for line in refused.stderr.splitlines() if line.startswith("error:")]
+    assert refused.returncode == 2 and len(lines) == 1, refused.stderr[-2000:]
+    assert "evidence/runs/smollm2_135m-A+D holds run" in lines[0] and "smollm2_135m-A+D.json names run" in lines[0]
+    assert _dvc(clone, "checkout", "--force").returncode == 0
+    assert "changed" not in _dvc(clone, "status").stdout
+
+    # (b) an analysis setting changes: only the analysis re-runs, from the pulled evidence
+    sweep_file = clone / "sweep.yaml"
+    sweep = yaml.safe_load(sweep_file.read_text())
+    before = sweep["sweep"]["resamples"]
+    sweep["sweep"]["resamples"] = before + 50
+    sweep_file.write_text(yaml.safe_dump(sweep, sort_keys=False))
+    redone = _dvc(clone, "repro")
+    assert redone.returncode == 0, (redone.stdout + redone.stderr)[-3000:]
+    ran = [line for line in redone.stdout.splitlines() if line.startswith("Running stage")]
+    assert ran == ["Running stage 'analyze':"], ran
+    store = clone / "mlruns/mlflow.db"
+    if store.exists():  # the analysis logs itself (under the profile's parent run), never a configuration run
+        client = _mlflow_client(clone)
+        kinds = {
+            r.data.tags.get("kind") for r in client.search_runs([e.experiment_id for e in client.search_experiments()])
+        }
+        assert kinds <= {"analysis", "profile"}, kinds
+    # (d) the same numbers as the original study, except what depends on the resamples
+    original, redone_json = (json.loads((p / "reports/analysis.json").read_text()) for p in (project, clone))
+    assert redone_json["resamples"] == before + 50 and original["resamples"] == before
+    for key in ("configurations", "datasets", "errors", "provenance"):
+        assert redone_json[key] == original[key], key
+    tables = sorted(path.name for path in (project / "reports/tables").glob("dataset_*.csv"))
+    assert tables and tables == sorted(path.name for path in (clone / "reports/tables").glob("dataset_*.csv"))
+    for name in tables:  # F1, P, R and each run's own interval per configuration: equal to the digit
+        assert (clone / "reports/tables" / name).read_text() == (project / "reports/tables" / name).read_text(), name
+
+    # (c) the restore rebuilds the runs in the clone's empty store, once
+    first = _run_in(clone, "-m", "src.evidence", "restore")
+    assert first.returncode == 0, first.stderr[-3000:]
+    summaries = sorted((clone / "summaries").glob("**/*.json"))
+    assert f"restored {len(summaries)} run(s), 0 already" in first.stdout, first.stdout
+    second = _run_in(clone, "-m", "src.evidence", "restore")
+    assert f"restored 0 run(s), {len(summaries)} already" in second.stdout, second.stdout + second.stderr
+    source, restored = _mlflow_client(project), _mlflow_client(clone)
+    runs = restored.search_runs(
+        [e.experiment_id for e in restored.search_experiments()], filter_string="tags.kind != 'analysis'"
+    )
+    runs = [run for run in runs if "tempgen.source_run_id" in run.data.tags]
+    assert len(runs) == len(summaries)
+    # nested again under the profile's parent run, as on the machine that ran the study
+    assert all(run.data.tags.get("mlflow.parentRunId") for run in runs)
+    by_source = {run.data.tags["tempgen.source_run_id"]: run for run in runs}
+    for path in summaries:
+        run_id = json.loads(path.read_text())["run_id"]
+        original_run, copy = source.get_run(run_id), by_source[run_id]
+        assert copy.info.run_name == original_run.info.run_name and copy.info.status == "FINISHED"
+        assert copy.data.params == original_run.data.params
+        kept = {k: v for k, v in original_run.data.metrics.items() if not MACHINE_METRIC.search(k)}
+        assert copy.data.metrics == kept, path.name
+        listed = {item.path for item in restored.list_artifacts(copy.info.run_id, "bootstrap/timex")}
+        assert "bootstrap/timex/base.json" in listed

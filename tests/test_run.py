@@ -251,6 +251,9 @@ def test_missing_api_key_fails_before_any_request(workspace: Path):
         "scoring.bootstrap_resamples=0",
         "generation.stop_at_repeated_span=yes",  # was silently true
         "generation.constrained=1",
+        "budget.max_cost_usd=-1",
+        "budget.max_requests=abc",
+        "budget.ledger=''",
     ],
 )
 def test_a_bad_override_is_one_line_and_opens_no_run(workspace: Path, override: str):
@@ -329,3 +332,49 @@ def test_too_few_exemplars_fail_before_a_run_is_opened(workspace: Path):
         assert done.returncode == 2 and "Traceback" not in done.stderr
         assert "timex exemplars" in done.stderr and server.request_count == 0
     assert not (workspace / "mlflow.db").exists()
+
+
+def test_usage_counts_sent_cached_identical_and_retried_requests_apart(workspace: Path):
+    """An identical prompt is sent and counted once, a retry is an attempt, and a rerun that sends
+    nothing reports zero new cost with the cached answers' cost apart (it used to report it again)."""
+    from src.backends.base import GenerationResult
+
+    duplicate = _record("d5#s0", "He left in 1998 .", [("1998", "TIMEX")])
+    write_records(workspace / "prepared" / "timex" / "base.jsonl", [*TIMEX, duplicate])
+    with FakeOpenAIServer(answer=_answer) as server:
+        server.inject("Friday", status=500, times=1)
+        done = _run(workspace, server, "tasks=[timex]")
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert server.request_count == 4  # 3 distinct prompts, one of them retried once
+        # the server's cost: 1e-6 per word of prompt and answer, for each answered prompt
+        words = {last_user_message(b): sum(len(m["content"].split()) for m in b["messages"]) for b in server.bodies}
+        cost = sum(1e-6 * (prompt + len(_answer_for(text).split())) for text, prompt in words.items())
+        prompt_tokens = sum(words.values())
+        client, runs = _mlflow_runs(workspace)
+        first = _usage(client, runs[-1], workspace / "first")["timex/base"]
+        retried = 1 if "attempts" in GenerationResult.__dataclass_fields__ else 0  # a backend that says so
+        assert first["requests"] == 4 and first["duplicates"] == 1
+        assert (first["sent"], first["cached"], first["failed"]) == (3, 0, 0)
+        assert (first["attempts"], first["retried"]) == (3 + retried, retried)
+        assert first["prompt_tokens"] == prompt_tokens and first["cost"] == pytest.approx(cost)
+        assert first["cached_cost"] == 0
+
+        again = _run(workspace, server, "tasks=[timex]")
+        assert again.returncode == 0, again.stderr[-3000:]
+        assert server.request_count == 4
+        client, runs = _mlflow_runs(workspace)
+        second = _usage(client, runs[-1], workspace / "second")["timex/base"]
+        assert (second["sent"], second["cached"], second["duplicates"], second["attempts"]) == (0, 3, 1, 0)
+        assert second["cost"] == 0 and second["prompt_tokens"] == 0
+        assert second["cached_cost"] == pytest.approx(cost) and second["cached_prompt_tokens"] == prompt_tokens
+        assert runs[-1].data.metrics["timex.base.usage.cost"] == 0
+        assert runs[-1].data.metrics["timex.base.usage.cached_cost"] == pytest.approx(cost)
+
+
+def _answer_for(prompt: str) -> str:
+    return next(answer for text, answer in ANSWERS.items() if prompt.rstrip().endswith(text))
+
+
+def _usage(client, run, into: Path) -> dict:
+    into.mkdir()
+    return json.loads(Path(client.download_artifacts(run.info.run_id, "usage.json", str(into))).read_text())

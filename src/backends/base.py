@@ -100,6 +100,8 @@ class GenerationResult:
             cut the answer), as the backend reports it; None when unknown.
         served: what the provider said answered (``model``, ``system_fingerprint``,
             ``provider``; :mod:`src.backends.served`); empty for local backends.
+        attempts: requests sent to the model for this answer, retries included (billed
+            attempts: the run's usage counts them); 0 for a cached answer.
     """
 
     request: ChatRequest
@@ -110,6 +112,7 @@ class GenerationResult:
     cached: bool = False
     finish_reason: str | None = None
     served: dict = field(default_factory=dict)
+    attempts: int = 1
 
     @property
     def ok(self) -> bool:

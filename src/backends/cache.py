@@ -266,6 +266,7 @@ class CachedBackend:
                 cached=True,
                 finish_reason=_finish_reason_of(entry),
                 served=dict(entry.get("served") or {}),
+                attempts=0,
             )
             results.finish(position, hit)
 
@@ -342,6 +343,7 @@ def _for_request(result: GenerationResult, request: ChatRequest) -> GenerationRe
         cached=result.cached,
         finish_reason=result.finish_reason,
         served=dict(result.served),
+        attempts=0,  # the first copy carries what was sent
     )
 
 

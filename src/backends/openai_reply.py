@@ -20,12 +20,42 @@ FAILED_FINISH_REASONS = frozenset({"error", "content_filter"})  # the provider s
 
 
 class RetryableError(Exception):
-    """A transient failure; ``retry_after`` is the server's requested wait, if any."""
+    """A transient failure; ``retry_after`` is the server's requested wait, if any.
 
-    def __init__(self, message: str, retry_after: float | None = None, rate_limited: bool = False):
+    ``overload``: the server is saturated (a timeout, 429 or 503), so fewer requests should
+    be in flight (:mod:`src.backends.concurrency`).
+    """
+
+    def __init__(
+        self, message: str, retry_after: float | None = None, rate_limited: bool = False, overload: bool = False
+    ):
         super().__init__(message)
         self.retry_after = retry_after
         self.rate_limited = rate_limited
+        self.overload = overload or rate_limited
+
+
+class FormatRefused(Exception):
+    """The server refused the ``response_format`` form ``form`` (400/422/500 naming it).
+
+    Not a server fault: resending the same body cannot help, so it is never retried as one.
+    """
+
+    def __init__(self, message: str, form: str):
+        super().__init__(message)
+        self.form = form
+
+
+#: Words of a refusal that names the structured-output field (llama.cpp's server answers
+#: ``HTTP 500 ... Input should be 'text' or 'json_object'``; vLLM and others 400/422).
+FORMAT_WORDS = ("response_format", "json_schema", "json_object")
+FORMAT_REFUSAL_STATUS = frozenset({400, 422, 500})
+
+
+def is_format_refusal(status: int, body: str) -> bool:
+    """True when an error of ``status`` with ``body`` refuses the response_format sent."""
+    lowered = body.lower()
+    return status in FORMAT_REFUSAL_STATUS and any(word in lowered for word in FORMAT_WORDS)
 
 
 class NeverHeals(RetryableError):

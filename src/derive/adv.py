@@ -20,9 +20,11 @@ text that raised the score most within the query budget); a skipped instance (th
 already met on the original, or the victim gets no gold span right) keeps its original text.
 
 The statistics hold the success rate, perturbation rate, sentence similarity (MiniLM cosine
-of original and perturbed text), queries and seconds per instance, and the victim's LCS F1
+of original and perturbed text), queries per instance, and the victim's LCS F1
 on the base instances and on their ``adv`` versions with a paired bootstrap test
 (``victim_f1_base``, ``victim_f1_adv``, ``delta``, ``p_value`` one-sided for base > adv, ``n``).
+They are a DVC metrics file: what the machine decides (seconds per instance, the number of
+worker processes) is logged, not written, so the same records give the same bytes anywhere.
 Usage::
 
     python -m src.derive.adv --input base.jsonl --task timex --output adv.jsonl --stats stats.json
@@ -127,7 +129,6 @@ class Attacker:
     seed: int
     counts: Counter = field(default_factory=Counter)
     sentence_model: Any = None
-    seconds: list[float] = field(default_factory=list)
     chain: bool = False  # a failed word attack's best text is attacked on by the character attack
 
     def run(self, record: Record, kind: str, start: AttackOutcome | None = None) -> AttackOutcome:
@@ -192,12 +193,10 @@ class Attacker:
 
     def attack_record(self, record: Record) -> Record:
         """The ``adv`` record of one base record (verified), with per-attack details in extras."""
-        started = time.perf_counter()
         outcomes = [self.run(record, kind) for kind in self.attacks]
         chained = self._chained(record, outcomes)
         if chained is not None:
             outcomes.append(chained)
-        self.seconds.append(time.perf_counter() - started)
         chosen = choose(outcomes)
         self.counts.update(f"{o.kind}:{o.status}" for o in outcomes)
         text = chosen.text if chosen.status in ("succeeded", "failed") else record.text
@@ -546,10 +545,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         "minilm_neighbours": args.minilm_neighbours,
         "attacks": list(attack_kinds(args)),
         "victim": str(args.checkpoint),
-        "seconds_per_instance": elapsed / len(derived) if derived else 0.0,
         "grammar_rejections": dict(rejections),
-        "workers": workers,
     }
+    log.info("adv %s: %.2f s per instance, %d worker(s)", args.task, elapsed / max(len(derived), 1), workers)
     # records and stats by the shared writer; the examples page with EXAMPLES_SHOWN pairs
     write_derived(argparse.Namespace(**{**vars(args), "examples": None}), "adv", records, derived, stats)
     if args.examples:

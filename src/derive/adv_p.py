@@ -36,9 +36,17 @@ Generations go through the shared response cache. Usage::
     python -m src.derive.adv_p --input base.jsonl --output adv_p.jsonl --cache-dir .cache/generations \\
         --stats stats.json
 
-The generator, thresholds, attempts and fallback come from ``params.yaml`` (``seed``,
-``derive.adv_p``) and the instance limit from ``sweep.yaml`` (``sweep.derive_limit``), as in
-the DVC stage; a flag overrides one for a hand run.
+The thresholds, attempts and fallback come from ``params.yaml`` (``seed``, ``derive.adv_p``),
+the instance limit and the generator from the profile in ``sweep.yaml`` (``sweep.derive_limit``,
+``sweep.adv_p_generator``: the embedded model offline, ``gpt41`` in the paper profile), as in the
+DVC stage; a flag overrides one for a hand run. The generator is a ``conf/model`` file read as
+Hydra composes it for ``src.run`` (its ``/backend_options/...@options`` default under its own
+options), so an API generator goes through the same backend, retries and response cache as a
+prompted run.
+
+The statistics (a DVC metrics file, also shown in the examples page) hold only what the records,
+settings and answers determine: how many answers came from the cache this time and the llama.cpp
+prefix reuse are logged, not written, so a rerun from a full cache writes the same bytes.
 """
 
 from __future__ import annotations
@@ -68,7 +76,11 @@ from src.derive.typo_rule import RULE_KIND, char_noise_rule
 log = logging.getLogger(__name__)
 
 RULE_GENERATOR = {"backend": "rule", "model_id": RULE_KIND}
-MODEL_CONFIG_DIR = Path(__file__).resolve().parents[2] / "conf" / "model"  # the --generator files
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+MODEL_CONFIG_DIR = CONF_DIR / "model"  # the --generator files
+#: The usage counts the stats sum: what the answers cost. ``prompt_tokens_reused`` (llama.cpp's
+#: prefix cache) depends on which requests were cached and in what order they ran, so it is left out.
+USAGE_KEYS = ("prompt_tokens", "completion_tokens", "cost")
 
 
 @dataclass
@@ -243,7 +255,6 @@ def summarize(outcome: RewriteOutcome, backend: Backend, settings: RewriteSettin
         "attempts_by_kind": {k: outcome.tried_by_kind.get(k, 0) for k in kinds},
         "accepted_by_attempt": dict(sorted(Counter(r.extra["attempts"] for r in llm).items())),
         "requests": sum(outcome.attempts.values()),
-        "cached_responses": outcome.cached,
         "truncated_answers": outcome.truncated,
         "rejection_reasons": dict(sorted(outcome.rejections.items())),
         "rejection_reasons_by_kind": {k: dict(sorted(c.items())) for k, c in outcome.rejections_by_kind.items() if c},
@@ -256,7 +267,7 @@ def summarize(outcome: RewriteOutcome, backend: Backend, settings: RewriteSettin
         "min_similarity_accepted": min(similarities) if similarities else 0.0,
         "mean_words_changed": changed / len(accepted) if accepted else 0.0,
         "perturbation_rate": changed / total_words if total_words else 0.0,
-        "usage": dict(outcome.usage),
+        "usage": {k: outcome.usage[k] for k in USAGE_KEYS if k in outcome.usage},
     }
 
 
@@ -278,7 +289,7 @@ def parse_kinds(text: str) -> tuple[str, ...]:
 
 def model_config_path(args: argparse.Namespace) -> Path | None:
     """The ``conf/model`` file of the generator: ``--model-config``, else the file of ``generator``
-    (params ``derive.adv_p.generator``) unless ``--backend`` names a backend directly."""
+    (the profile's ``sweep.adv_p_generator``) unless ``--backend`` names a backend directly."""
     if args.model_config is not None:
         return Path(args.model_config)
     if args.backend is not None:
@@ -286,12 +297,29 @@ def model_config_path(args: argparse.Namespace) -> Path | None:
     return MODEL_CONFIG_DIR / f"{args.generator}.yaml"
 
 
+def read_model_file(path: Path) -> dict[str, Any]:
+    """A ``conf/model`` file as Hydra composes it for ``src.run``: the defaults its
+    ``/backend_options/NAME@options`` entry names (``conf/backend_options/NAME.yaml``) under the
+    file's own ``options``; any other ``defaults`` entry is an error, not silently dropped."""
+    config = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    defaults: dict[str, Any] = {}
+    for entry in config.pop("defaults", None) or []:
+        if entry == "_self_":
+            continue
+        group, _, package = str(entry).partition("@")
+        if package != "options" or not group.startswith("/backend_options/"):
+            raise ValueError(f"{path}: defaults entry {entry!r} is not /backend_options/NAME@options")
+        defaults.update(yaml.safe_load((CONF_DIR / f"{group.strip('/')}.yaml").read_text(encoding="utf-8")) or {})
+    config["options"] = {**defaults, **(config.get("options") or {})}
+    return config
+
+
 def generator_settings(args: argparse.Namespace) -> tuple[str, str, dict[str, Any]]:
     """(backend, model_id, options) from the generator's ``conf/model`` file and flags, flags winning."""
     backend, model_id, options = None, None, {}
     config_path = model_config_path(args)
     if config_path is not None:
-        config = yaml.safe_load(config_path.read_text(encoding="utf-8")) or {}
+        config = read_model_file(config_path)
         backend, model_id, options = config.get("backend"), config.get("model_id"), dict(config.get("options") or {})
     backend = args.backend or backend
     model_id = args.model_id or model_id
@@ -305,7 +333,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The command line; every setting flag defaults to None: "take params.yaml"."""
     parser = argparse.ArgumentParser(prog="src.derive.adv_p", description=__doc__.split("\n\n")[0])
     add_base_arguments(parser, "where to write the accepted rewrites")
-    parser.add_argument("--generator", help="a conf/model file name (default: params derive.adv_p.generator)")
+    parser.add_argument("--generator", help="a conf/model file name (default: the profile's sweep.adv_p_generator)")
     parser.add_argument("--model-config", help="a conf/model/*.yaml file path (instead of --generator)")
     parser.add_argument("--backend", help="backend name (overrides the model config)")
     parser.add_argument("--model-id", help="model id (overrides the model config)")
@@ -343,7 +371,11 @@ def build_parser() -> argparse.ArgumentParser:
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """The command line, with every setting it leaves out read from the params files."""
     parser = build_parser()
-    return resolve(parser, parser.parse_args(argv), "adv_p")
+    args = resolve(parser, parser.parse_args(argv), "adv_p")
+    config = model_config_path(args)
+    if config is not None and not config.is_file():
+        parser.error(f"adv_p generator: no model file {config}")
+    return args
 
 
 def main(argv: Sequence[str] | None = None, similarity: Similarity | None = None) -> None:
@@ -369,7 +401,13 @@ def main(argv: Sequence[str] | None = None, similarity: Similarity | None = None
     similarity = similarity or MiniLMSentenceSimilarity(args.similarity_model)
     outcome = rewrite_records(records, backend, settings, similarity)
     stats = summarize(outcome, backend, settings) | {"seed": args.seed, "limit": args.limit}
-    log.info("adv_p: %d records in %.1fs", len(records), time.perf_counter() - started)
+    log.info(
+        "adv_p: %d records in %.1fs; %d answers from the cache, %d prompt tokens reused",
+        len(records),
+        time.perf_counter() - started,
+        outcome.cached,
+        outcome.usage.get("prompt_tokens_reused", 0),
+    )
     write_derived(args, "adv_p", records, outcome.accepted, stats)
 
 

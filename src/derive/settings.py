@@ -2,9 +2,11 @@
 
 ``python -m src.derive.adv --task timex --input ... --output ...`` (no setting flags) builds
 exactly what the DVC stage builds: the seed (``seed``), the block ``derive.<stage>`` (adv
-also reads ``derive.victim``) and the instance limit (``sweep.derive_limit`` of the sweep
-file) are read here. A setting flag on the command line is an explicit override; its
-default is always "take the params file" (``None``), never a second copy of the value.
+also reads ``derive.victim``) and, from the sweep file (the profile), the instance limit
+(``sweep.derive_limit``) and what a profile chooses for a stage (:data:`PROFILE_KEYS`: the
+``adv_p`` generator, the embedded model offline and GPT-4.1 in the paper profile) are read
+here. A setting flag on the command line is an explicit override; its default is always
+"take the params file" (``None``), never a second copy of the value.
 """
 
 from __future__ import annotations
@@ -20,12 +22,16 @@ from src.params import PARAMS_FILE
 SWEEP_FILE = PARAMS_FILE.parent / "sweep.yaml"
 #: The top-level params keys a stage reads besides its own ``derive.<stage>`` block.
 SHARED_KEYS: dict[str, tuple[str, ...]] = {"adv": ("victim",), "adv_p": (), "voc": ()}
+#: Per stage, the settings a sweep profile chooses: setting -> key of the ``sweep`` block.
+PROFILE_KEYS: dict[str, dict[str, str]] = {"adv_p": {"generator": "adv_p_generator"}}
 
 
 def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
     """``--params`` and ``--sweep``: the files the settings are read from."""
     parser.add_argument("--params", default=str(PARAMS_FILE), help="the params file (seed, derive.<stage>)")
-    parser.add_argument("--sweep", default=str(SWEEP_FILE), help="the sweep file (sweep.derive_limit)")
+    parser.add_argument(
+        "--sweep", default=str(SWEEP_FILE), help="the sweep file (sweep.derive_limit, sweep.adv_p_generator)"
+    )
 
 
 def _read(path: str | Path) -> dict[str, Any]:
@@ -51,7 +57,14 @@ def stage_settings(stage: str, params: str | Path = PARAMS_FILE, sweep: str | Pa
         if key not in derive:
             raise ValueError(f"{params}: no derive.{key}")
         shared[key] = derive[key]
-    return {"seed": values["seed"], "limit": sweep_block["derive_limit"], **shared, **derive[stage]}
+    profile = {}
+    for key, sweep_key in PROFILE_KEYS.get(stage, {}).items():
+        if key in derive[stage]:
+            raise ValueError(f"{params}: derive.{stage}.{key} is chosen by the profile (sweep.{sweep_key})")
+        if sweep_key not in sweep_block:
+            raise ValueError(f"{sweep}: no sweep.{sweep_key}")
+        profile[key] = sweep_block[sweep_key]
+    return {"seed": values["seed"], "limit": sweep_block["derive_limit"], **shared, **derive[stage], **profile}
 
 
 def resolve(parser: argparse.ArgumentParser, args: argparse.Namespace, stage: str) -> argparse.Namespace:
@@ -62,7 +75,11 @@ def resolve(parser: argparse.ArgumentParser, args: argparse.Namespace, stage: st
     an error (a setting nothing would read).
     """
     actions = {action.dest: action for action in parser._actions}
-    for key, value in stage_settings(stage, args.params, args.sweep).items():
+    try:
+        settings = stage_settings(stage, args.params, args.sweep)
+    except (OSError, ValueError, yaml.YAMLError) as exc:
+        parser.error(str(exc))
+    for key, value in settings.items():
         action = actions.get(key)
         if action is None:
             parser.error(f"{args.params}: derive.{stage}.{key} is no setting of {parser.prog}")

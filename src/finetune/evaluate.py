@@ -21,7 +21,7 @@ from src import study
 from src.cli import MAX_RESAMPLES, OneLineArgumentParser, bounded_int, optional_int, seed_type
 from src.data.schema import read_records
 from src.data.splits import subset_by_id
-from src.finetune.mlflow_logging import RUN_FILE
+from src.finetune.mlflow_logging import find_training_run
 from src.finetune.models import MODEL_SPECS
 from src.finetune.predict import TokenClassifier
 from src.params import lookup
@@ -68,13 +68,14 @@ class FinetunedSystem:
         return SystemOutput(outputs, {}, {"latency_s": time.perf_counter() - started})
 
 
-def training_runs(checkpoints: dict[str, Path]) -> dict[str, str]:
-    """``training_run.{task}`` tags: the MLflow run that trained each checkpoint (if recorded)."""
+def training_runs(checkpoints: dict[str, Path], experiment: str, tracking_uri: str | None) -> dict[str, str]:
+    """``training_run.{task}`` tags: the finished MLflow run that trained each checkpoint, found by
+    the checkpoint's weights hash (none when the store does not hold it, e.g. after a ``dvc pull``)."""
     tags = {}
     for task, path in checkpoints.items():
-        file = path / RUN_FILE
-        if file.exists():
-            tags[f"training_run.{task}"] = str(json.loads(file.read_text(encoding="utf-8")).get("run_id", ""))
+        run_id = find_training_run(path, experiment, tracking_uri)
+        if run_id is not None:
+            tags[f"training_run.{task}"] = run_id
     return tags
 
 
@@ -109,7 +110,8 @@ def evaluate_model(args: argparse.Namespace) -> tuple[RunRecord, Any]:
             "git_commit": git_commit(),
             "data_version": data_version([path for _, _, path in files]),
         },
-        tags=training_runs(checkpoints),
+        tags=training_runs(checkpoints, args.experiment, args.tracking_uri),
+        profile=args.profile,
     )
     plans = [
         DatasetPlan(task, name, path, subset_by_id(read_records(path), args.limit, args.seed))
@@ -124,7 +126,14 @@ def evaluate_model(args: argparse.Namespace) -> tuple[RunRecord, Any]:
 
     scoring = ScoringOptions(args.resamples, args.seed, False, tuple(args.variants))
     outcome = evaluate_configuration(
-        record, plans, system, scoring, args.experiment, args.tracking_uri, artifacts=log_training_summaries
+        record,
+        plans,
+        system,
+        scoring,
+        args.experiment,
+        args.tracking_uri,
+        artifacts=log_training_summaries,
+        evidence=args.evidence,
     )
     return record, outcome
 
@@ -148,7 +157,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=bounded_int(1, 4096), default=32)
     parser.add_argument("--experiment", default=None, help="MLflow experiment (default: conf/config.yaml's)")
     parser.add_argument("--tracking-uri", default=None)
+    parser.add_argument("--profile", default=None, help="the sweep profile (its MLflow parent run); set by dvc.yaml")
     parser.add_argument("--summary", type=Path, default=None, help="write the DVC-tracked metrics summary here")
+    parser.add_argument(
+        "--evidence", type=Path, default=None, help="write the run's evidence folder here (src/evidence.py)"
+    )
     args = parser.parse_args(argv)
     args.prepared = args.prepared or Path(lookup("paths.prepared"))
     args.derived = args.derived or Path(lookup("paths.derived"))

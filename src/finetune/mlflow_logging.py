@@ -2,8 +2,10 @@
 finished model's parameters, metrics, tags and weights digest.
 
 Every tracked run is one MLflow run named ``{model}-{task}-train`` (tag ``kind=training``) in the
-project's store (:func:`src.tracking.tracking_uri`); its id is written beside the checkpoint
-(:data:`RUN_FILE`) for the evaluation run to link to.
+project's store (:func:`src.tracking.tracking_uri`), tagged with the checkpoint's weights hash
+(``weights_sha256``). The evaluation run finds its training run by that hash
+(:func:`find_training_run`): nothing in the checkpoint folder, a DVC output, names a run, a
+store or a machine path, so the folder's bytes do not change from one training to the next.
 """
 
 from __future__ import annotations
@@ -17,13 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from src.finetune.train_config import TrainConfig
-from src.redact import without_userinfo
 from src.tracking import default_experiment
 
 SUMMARY_FILE = "training_summary.json"
-RUN_FILE = "training_run.json"
+RUN_FILE = "training_run.json"  # the run link older versions wrote into the checkpoint: no longer written
 DEFAULT_EXPERIMENT = default_experiment()  # conf/config.yaml mlflow.experiment, its one definition
 WEIGHT_PATTERNS = ("model*.safetensors", "pytorch_model*.bin")
+WEIGHTS_TAG = "weights_sha256"  # the training run's tag that names its checkpoint by content
 
 
 def mlflow_metrics_callback() -> Any:
@@ -84,10 +86,9 @@ def training_run(config: TrainConfig, run_name: str, experiment: str, tracking_u
         mlflow.end_run(status=status)
 
 
-def log_training(
-    active: Any, summary: dict[str, Any], config: TrainConfig, out: Path, data_files: list[Path], experiment: str
-) -> None:
-    """Params, final metrics, tags and the summary of a finished training into its run; writes RUN_FILE."""
+def log_training(summary: dict[str, Any], config: TrainConfig, out: Path, data_files: list[Path]) -> None:
+    """Params, final metrics (timings included), tags and the summary of a finished training into
+    the active run; the tag ``weights_sha256`` is what :func:`find_training_run` looks up."""
     import mlflow
 
     from src.tracking import data_version, git_commit
@@ -136,20 +137,32 @@ def log_training(
             "model": summary.get("model", ""),
             "task": summary.get("task", ""),
             "checkpoint": str(out.resolve()),
-            "weights_sha256": digest,
+            WEIGHTS_TAG: digest,
             "data_version": version,
         }
     )
-    mlflow.log_text(json.dumps(summary, indent=1), "training/" + SUMMARY_FILE)
-    link = {
-        "run_id": active.info.run_id,
-        "experiment_id": active.info.experiment_id,
-        "experiment": experiment,
-        "tracking_uri": without_userinfo(mlflow.get_tracking_uri()),  # a DVC output: no credential
-        "run_name": active.info.run_name,
-        "weights_sha256": digest,
-        "data_version": version,
-    }
-    (out / RUN_FILE).write_text(json.dumps(link, indent=2) + "\n", encoding="utf-8")
-    summary["mlflow_run_id"] = active.info.run_id
-    (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    mlflow.log_text(json.dumps(summary, indent=1), "training/" + SUMMARY_FILE)  # with the timings
+
+
+def find_training_run(
+    checkpoint: str | Path, experiment: str = DEFAULT_EXPERIMENT, tracking_uri: str | None = None
+) -> str | None:
+    """The id of the finished training run (tag ``kind=training``) whose weights hash equals the
+    checkpoint's, the latest when several trainings made the same weights; None when the store
+    holds none (a pulled checkpoint whose runs were not restored, an untracked training)."""
+    from mlflow.tracking import MlflowClient
+
+    from src.tracking import tracking_uri as resolve_uri
+
+    digest = weights_digest(checkpoint)
+    client = MlflowClient(tracking_uri=resolve_uri(tracking_uri))
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        return None
+    runs = client.search_runs(
+        [found.experiment_id],
+        filter_string=f"tags.kind = 'training' and tags.{WEIGHTS_TAG} = '{digest}' and attributes.status = 'FINISHED'",
+        order_by=["attributes.start_time DESC"],
+        max_results=1,
+    )
+    return runs[0].info.run_id if runs else None

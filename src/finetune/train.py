@@ -13,13 +13,16 @@ sentences with targets, the target-free sentences of the same documents
 (:mod:`src.finetune.negatives`), so that the tagger learns to predict nothing on running text;
 the best model is chosen on validation F1 over those whole sentences.
 
-The output folder holds the best model (by validation entity F1, seqeval), its tokenizer,
-``label_map.json``, ``training_summary.json`` and, when the run is tracked,
-``training_run.json`` (``run_id`` of the MLflow run, for the evaluation run to link to);
-:meth:`TokenClassifier.load` reads it. Every tracked run is one MLflow run named
-``{model}-{task}-train`` (tag ``kind=training``) in the project's store
-(:func:`src.tracking.tracking_uri`): hyperparameters and data version as params, loss and
-validation metrics per logging/evaluation step, training time, checkpoint path and weights hash.
+The output folder (a DVC output) holds the best model (by validation entity F1, seqeval), its
+tokenizer, ``label_map.json`` and ``training_summary.json``; :meth:`TokenClassifier.load` reads
+it. Its bytes depend only on code, data, params and seed, so a second training (another
+machine's ``dvc repro`` of the same lock included) writes the same files: no timing, run id,
+local path or the Trainer's ``training_args.bin`` (it pickles a dated, host-named logging
+folder) is kept there. Every tracked run is one MLflow run named ``{model}-{task}-train`` (tag
+``kind=training``) in the project's store (:func:`src.tracking.tracking_uri`): hyperparameters
+and data version as params, loss and validation metrics per logging/evaluation step, training
+time, checkpoint path and weights hash (tag ``weights_sha256``, by which the evaluation run
+finds it: :func:`src.finetune.mlflow_logging.find_training_run`).
 
 This module runs a training: it loads the model and the splits, hands them to the Trainer
 (:mod:`src.finetune.hf_trainer`), calibrates the ``O`` weight (:mod:`src.finetune.calibration`),
@@ -65,6 +68,8 @@ from src.study import TOKEN_CLASSIFIER_TASKS
 
 logger = logging.getLogger(__name__)
 
+TRAINING_ARGS_FILE = "training_args.bin"  # what Trainer.save_model writes beside the weights
+
 
 def train_classifier(
     model: Any,
@@ -80,23 +85,44 @@ def train_classifier(
     tracking_uri: str | None = None,
     data_files: list[Path] | None = None,
 ) -> dict[str, Any]:
-    """Fine-tune ``model`` and write the best checkpoint to ``out_dir``; returns the summary.
+    """Fine-tune ``model`` and write the best checkpoint to ``out_dir``; returns the summary
+    (with the timings, which the file in ``out_dir`` leaves out: :func:`checkpoint_summary`).
 
     With ``report_to: mlflow`` the training is one MLflow run (``run_name``, tag
-    ``kind=training``) in ``tracking_uri`` (default: :func:`src.tracking.tracking_uri`) and
-    its id is written to ``out_dir/training_run.json``; ``data_files`` give the data version.
+    ``kind=training``, the weights hash as tag ``weights_sha256``) in ``tracking_uri``
+    (default: :func:`src.tracking.tracking_uri`), whose id the summary returns as
+    ``mlflow_run_id``; ``data_files`` give the data version.
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    (out / RUN_FILE).unlink(missing_ok=True)  # never leave a stale link to an earlier run
+    (out / RUN_FILE).unlink(missing_ok=True)  # an older version's link: not part of a checkpoint
     with training_run(config, run_name, experiment, tracking_uri) as active:
         splits = (train_records, val_records)
         summary = _train(
             model, tokenizer, splits, label, config, out, run_name, summary_extra, tracked=active is not None
         )
         if active is not None:
-            log_training(active, summary, config, out, data_files or [], experiment)
+            log_training(summary, config, out, data_files or [])
+            summary["mlflow_run_id"] = active.info.run_id
     return summary
+
+
+#: Summary keys that measure time, not the model: MLflow metrics and log lines, never the checkpoint.
+TIMING_KEYS = ("train_time_s", "eval_time_s", "train_examples_per_s", "train_examples_per_s_excluding_eval")
+#: The Trainer's own timing fields in ``log_history`` (``train_runtime``, ``eval_samples_per_second``, ...).
+TIMING_SUFFIXES = ("_runtime", "_per_second")
+
+
+def checkpoint_summary(summary: dict[str, Any]) -> dict[str, Any]:
+    """What ``training_summary.json`` keeps of a summary: everything the code, data, params and
+    seed determine, without timings (:data:`TIMING_KEYS`, the Trainer's ``*_runtime`` and
+    ``*_per_second`` log fields) or the MLflow run id, so the same training writes the same bytes."""
+    kept = {k: v for k, v in summary.items() if k not in TIMING_KEYS and k != "mlflow_run_id"}
+    if "log_history" in kept:
+        kept["log_history"] = [
+            {k: v for k, v in entry.items() if not k.endswith(TIMING_SUFFIXES)} for entry in kept["log_history"]
+        ]
+    return kept
 
 
 def _train(
@@ -159,6 +185,7 @@ def _train(
     result = trainer.train()
     train_seconds = time.perf_counter() - started
     trainer.save_model(str(out))
+    (out / TRAINING_ARGS_FILE).unlink(missing_ok=True)  # pickled arguments: a dated, host-named logging_dir
     identity = {k: v for k, v in (summary_extra or {}).items() if k in ("model", "family", "task")}
     calibration = (
         calibrate_outside_bias(model, tokenizer, val_records, label, max_length, list(config.outside_bias_grid))
@@ -194,16 +221,21 @@ def _train(
         "train_examples_per_s_excluding_eval": examples_seen / step_seconds,
         "log_history": trainer.state.log_history,
     }
-    (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    (out / SUMMARY_FILE).write_text(json.dumps(checkpoint_summary(summary), indent=2) + "\n", encoding="utf-8")
     shutil.rmtree(checkpoints, ignore_errors=True)
     return summary
 
 
 def _eval_entry(log_history: list[dict[str, Any]], step: int | None) -> dict[str, Any]:
-    """The validation metrics logged at ``step`` (the kept model's), without the ``eval_`` prefix."""
+    """The validation metrics logged at ``step`` (the kept model's), without the ``eval_`` prefix
+    and without the Trainer's timings (``eval_runtime``, ``eval_*_per_second``)."""
     for entry in log_history:
         if entry.get("step") == step and "eval_f1" in entry:
-            return {k.removeprefix("eval_"): v for k, v in entry.items() if k.startswith("eval_")}
+            return {
+                k.removeprefix("eval_"): v
+                for k, v in entry.items()
+                if k.startswith("eval_") and not k.endswith(TIMING_SUFFIXES)
+            }
     return {}
 
 

@@ -23,6 +23,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
+from src.report import heatmap  # noqa: E402
 from src.study import DATASETS  # noqa: E402
 
 if TYPE_CHECKING:
@@ -111,33 +112,32 @@ def rq1_bars(rq1: pd.DataFrame, stem: Path, correction: str) -> list[Path]:
 
 
 def rq2_heatmaps(correlations: Mapping[str, Correlation], stem: Path) -> list[Path]:
-    """One Spearman heatmap file per configuration group (``<stem>_<group>``); empty groups state their reason."""
+    """One Spearman heatmap file per configuration group (``<stem>_<group>``); a group without a single
+    correlation gets no file (the report gives its reason)."""
     paths = []
     for group, corr in correlations.items():
         size = len(corr.rho)
         side = max(4.5, 0.5 * size + 2.5)
+        if not corr.computed:
+            continue  # nothing to draw: the report states the reason (corr.reason) instead of a blank image
         fig, ax = plt.subplots(figsize=(side + 1.2, side))
-        if corr.rho.isna().all().all():
-            ax.axis("off")
-            ax.text(0.5, 0.5, f"{group}: no correlation\n({corr.reason})", ha="center", va="center", wrap=True)
-        else:
-            sns.heatmap(
-                corr.rho.astype(float),
-                ax=ax,
-                vmin=-1,
-                vmax=1,
-                cmap="vlag",
-                annot=size <= 14,
-                fmt=".2f",
-                annot_kws={"fontsize": 7},
-                square=True,
-                cbar_kws={"label": "Spearman rho", "shrink": 0.8},
-            )
-            ax.set_title(f"Spearman rho between datasets: {group} ({len(corr.configs)} configurations)", fontsize=10)
-            ax.set_xlabel("dataset")
-            ax.set_ylabel("dataset")
-            ax.tick_params(axis="x", labelrotation=60, labelsize=8)
-            ax.tick_params(axis="y", labelrotation=0, labelsize=8)
+        sns.heatmap(
+            corr.rho.astype(float),
+            ax=ax,
+            vmin=-1,
+            vmax=1,
+            cmap="vlag",
+            annot=size <= 14,
+            fmt=".2f",
+            annot_kws={"fontsize": 7},
+            square=True,
+            cbar_kws={"label": "Spearman rho", "shrink": 0.8},
+        )
+        ax.set_title(f"Spearman rho between datasets: {group} ({len(corr.configs)} configurations)", fontsize=10)
+        ax.set_xlabel("dataset")
+        ax.set_ylabel("dataset")
+        ax.tick_params(axis="x", labelrotation=60, labelsize=8)
+        ax.tick_params(axis="y", labelrotation=0, labelsize=8)
         slug = group.replace("+", "_plus").replace("-", "_")
         paths += save(fig, stem.with_name(f"{stem.name}_{slug}"))
     return paths
@@ -234,6 +234,43 @@ def top_labels(top_gold: Mapping[str, dict], stem: Path) -> list[Path]:
     return save(fig, stem)
 
 
+def draw_heatmap(grid: heatmap.Grid, flags: Mapping[tuple[str, str], list[str]], stem: Path) -> list[Path]:
+    """The heatmap as PNG and SVG (``figures.save``); [] when there is nothing to draw."""
+    if grid.empty:
+        return []
+    rows, cols = grid.f1.shape
+    fig, ax = plt.subplots(figsize=(max(5.0, 0.75 * cols + 3.0), max(2.2, 0.32 * rows + 1.6)))
+    labels = grid.f1.apply(
+        lambda column: [
+            "" if pd.isna(v) else f"{v:.2f}" + ("!" if (c, column.name) in flags else "")
+            for c, v in zip(grid.f1.index, column)
+        ]
+    )
+    sns.heatmap(
+        grid.f1.astype(float),
+        ax=ax,
+        vmin=0,
+        vmax=1,
+        cmap=heatmap.CMAP,
+        annot=labels.to_numpy() if rows * cols <= 900 else False,
+        fmt="",
+        annot_kws={"fontsize": 7},
+        cbar_kws={"label": "F1", "shrink": 0.8},
+        linewidths=0.5,
+        linecolor="white",
+    )
+    ax.set_xticks(np.arange(cols) + 0.5, [f"{k} ({grid.dimension.get(k, '')})" for k in grid.f1.columns])
+    ax.tick_params(axis="x", labelrotation=60, labelsize=7)
+    ax.tick_params(axis="y", labelrotation=0, labelsize=7)
+    ax.set_xlabel("task/dataset (dimension)")
+    ax.set_ylabel("configuration")
+    title = "F1 by configuration and dataset"
+    if flags:
+        title += " (! = answer-quality warning)"
+    ax.set_title(title, fontsize=10)
+    return save(fig, stem)
+
+
 def draw_all(analysis: Analysis, directory: Path) -> dict[str, list[Path]]:
     """Every figure of the report; a name maps to [] when it had nothing to draw."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -245,7 +282,10 @@ def draw_all(analysis: Analysis, directory: Path) -> dict[str, list[Path]]:
         if not analysis.strategy_pairs.empty
         else analysis.strategy_pairs
     )
+    grid = heatmap.f1_grid(analysis)
+    flags = heatmap.quality_flags(analysis.results.scores, heatmap.warn_rate())
     return {
+        "heatmap": draw_heatmap(grid, flags, directory / "heatmap_f1"),
         "rq1": rq1_bars(analysis.rq1, directory / "rq1_transfer", c),
         "rq2": rq2_heatmaps(analysis.rq2, directory / "rq2_spearman"),
         "rq3_strategies": outcome_bars_by_dimension(

@@ -6,6 +6,11 @@ the results tables, which must equal what MLflow shows) and its ``bootstrap/{tas
 runs: exactly those the summary files name (:mod:`src.report.provenance`). Each
 configuration keeps the instance ids it was scored on; a pair of configurations is
 compared on the ids both share (``src.report.rq.comparison_sets``).
+
+Where a configuration's evidence folder exists (``--evidence``: the DVC output of its stage,
+:mod:`src.evidence`) the run is read from it instead of the store, so a clone that pulled the
+study re-runs the analysis with an empty MLflow store; the folder must name the summary's run.
+:func:`load_hand_runs` reads runs chosen by hand (ids, or an experiment's newest runs) instead.
 """
 
 from __future__ import annotations
@@ -21,9 +26,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from src.evidence import folder_for_summary, read_evidence
 from src.redact import without_userinfo
 from src.report.provenance import (
+    KINDS,
+    Summary,
     check_data_versions,
+    check_unique_configurations,
     fetch_runs,
     read_summaries,
     run_name,
@@ -112,6 +121,7 @@ class RunResults:
         datasets: ``"task/dataset"`` -> per-configuration statistics.
         notes: facts about the input worth stating in the report (differing instance sets, gaps).
         checked: the runs were read through summaries and their provenance checked (:func:`load_results`).
+        instances: ``(config, task, dataset)`` -> the predictions rows (gold, predictions, raw output...).
     """
 
     runs: pd.DataFrame
@@ -122,6 +132,7 @@ class RunResults:
     experiment_id: str
     notes: list[str] = field(default_factory=list)
     checked: bool = False
+    instances: dict[tuple[str, str, str], list[dict]] = field(default_factory=dict)
 
 
 def ordered_keys(keys) -> list[str]:
@@ -244,15 +255,28 @@ def dataset_stats(
 
 def read_bootstrap_artifacts(client, run_id: str, destination: Path) -> dict[tuple[str, str], dict]:
     """Download a run's ``bootstrap/`` folder and parse every ``{task}/{dataset}.json`` in it."""
-    if not client.list_artifacts(run_id, "bootstrap"):
+    return _read_artifact_folder(client, run_id, "bootstrap", "json", destination, json.loads)
+
+
+def read_prediction_artifacts(client, run_id: str, destination: Path) -> dict[tuple[str, str], list[dict]]:
+    """Download a run's ``predictions/`` folder and parse every ``{task}/{dataset}.jsonl`` in it."""
+
+    def rows(text: str) -> list[dict]:
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+    return _read_artifact_folder(client, run_id, "predictions", "jsonl", destination, rows)
+
+
+def _read_artifact_folder(client, run_id: str, folder: str, suffix: str, destination: Path, parse) -> dict:
+    if not client.list_artifacts(run_id, folder):
         return {}
-    local = Path(client.download_artifacts(run_id, "bootstrap", str(destination)))
+    local = Path(client.download_artifacts(run_id, folder, str(destination)))
     out = {}
-    for path in sorted(local.glob("*/*.json")):
+    for path in sorted(local.glob(f"*/*.{suffix}")):
         try:
-            out[path.parent.name, path.stem] = json.loads(path.read_text(encoding="utf-8"))
+            out[path.parent.name, path.name[: -len(suffix) - 1]] = parse(path.read_text(encoding="utf-8"))
         except json.JSONDecodeError as error:
-            raise ValueError(f"run {run_id}: bootstrap/{path.parent.name}/{path.name}: {error}") from error
+            raise ValueError(f"run {run_id}: {folder}/{path.parent.name}/{path.name}: {error}") from error
     return out
 
 
@@ -323,36 +347,184 @@ def scored_keys(metrics: Mapping[str, float]) -> set[str]:
 
 
 def load_results(
-    experiment: str, tracking_uri: str, summaries: Path | str = Path("summaries"), expected: Sequence[str] | None = None
+    experiment: str,
+    tracking_uri: str,
+    summaries: Path | str = Path("summaries"),
+    expected: Sequence[str] | None = None,
+    evidence: Path | str | None = None,
 ) -> RunResults:
-    """Read exactly the runs the summary files under ``summaries`` name, fetched by id.
+    """Read exactly the runs the summary files under ``summaries`` name: from the configuration's
+    evidence folder under ``evidence`` where it exists, else fetched by id from the store.
 
     Raises:
-        ValueError: one line, naming the summary file where one is at fault: a missing, unfinished,
-            foreign or non-configuration run, two summaries for one run or configuration, or runs that
-            disagree on the data version (:mod:`src.report.provenance`).
+        ValueError: one line, naming the summary file or evidence folder at fault: a missing, unfinished,
+            foreign or non-configuration run, a folder of another run, two summaries for one run or
+            configuration, or runs that disagree on the data version (:mod:`src.report.provenance`).
     """
-    from mlflow.tracking import MlflowClient
-
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # one bar per run floods the log
     listed = read_summaries(Path(summaries), expected)
-    client = MlflowClient(tracking_uri)
     shown_uri = without_userinfo(tracking_uri)  # what the report and its errors show: no credential
-    found = client.get_experiment_by_name(experiment)
-    if found is None:
-        raise ValueError(f"no MLflow experiment named {experiment!r} at {shown_uri}")
-    runs = fetch_runs(client, listed, found.experiment_id, experiment)
-    rows, metrics, artifacts = [], {}, {}
-    for summary, run in zip(listed, runs):
+    folders = {s.name: folder_for_summary(evidence, s.name) for s in listed} if evidence is not None else {}
+    pulled = {
+        s.name: _checked_evidence(s, folders[s.name], experiment)
+        for s in listed
+        if s.name in folders and folders[s.name].is_dir()
+    }
+    stored = [s for s in listed if s.name not in pulled]
+    experiment_id = ""
+    by_summary: dict[str, tuple[Any, dict, dict]] = {}
+    if stored:
+        from mlflow.tracking import MlflowClient
+
+        client = MlflowClient(tracking_uri)
+        found = client.get_experiment_by_name(experiment)
+        if found is None:
+            raise ValueError(f"no MLflow experiment named {experiment!r} at {shown_uri}")
+        experiment_id = found.experiment_id
+        runs = fetch_runs(client, stored, experiment_id, experiment)
+        with tempfile.TemporaryDirectory(prefix="tempgen-analysis-") as scratch:
+            for summary, run in zip(stored, runs):
+                by_summary[summary.name] = (run, *_download(client, run.info.run_id, Path(scratch)))
+    for name, loaded in pulled.items():
+        by_summary[name] = (_as_run(loaded.run), loaded.bootstrap, loaded.predictions)
+    ordered = [by_summary[s.name] for s in listed]
+    check_unique_configurations(listed, [run for run, _, _ in ordered])
+    rows, metrics, artifacts, instances = [], {}, {}, {}
+    for summary, (run, bootstrap, predictions) in zip(listed, ordered):
         name = run_name(run)
         rows.append(run_row(name, run.info.run_id, run.data.params, run.data.tags, run.info.start_time, summary.name))
         metrics[name] = dict(run.data.metrics)
+        artifacts[name] = bootstrap
+        instances.update({(name, task, dataset): rows_ for (task, dataset), rows_ in predictions.items()})
     check_data_versions(rows, {name: scored_keys(values) for name, values in metrics.items()})
+    results = build_results(rows, metrics, artifacts, shown_uri, experiment, experiment_id)
+    results.checked = True
+    results.instances = instances
+    return results
+
+
+def _download(client, run_id: str, scratch: Path) -> tuple[dict, dict]:
+    """A stored run's bootstrap and predictions artifacts, parsed."""
+    destination = scratch / run_id
+    destination.mkdir()
+    return read_bootstrap_artifacts(client, run_id, destination), read_prediction_artifacts(client, run_id, destination)
+
+
+def _checked_evidence(summary: Summary, folder: Path, experiment: str):
+    """The evidence folder of ``summary``, which must be the evidence of the very run it names."""
+    loaded = read_evidence(folder)
+    run = loaded.run
+    where = f"evidence folder {folder}"
+    if loaded.run_id != summary.run_id:
+        raise ValueError(
+            f"{where} holds run {loaded.run_id} ({run.get('run_name')}), but {summary.path} names run "
+            f"{summary.run_id}: a folder of another run (remove it, or `dvc checkout` the pipeline's)"
+        )
+    if run.get("experiment") not in (None, experiment):
+        raise ValueError(
+            f"{where}: run {loaded.run_id} belongs to experiment {run.get('experiment')!r}, not {experiment!r}"
+        )
+    if run.get("kind") not in KINDS:
+        raise ValueError(f"{where}: run {loaded.run_id} is not a configuration run (kind {run.get('kind')!r})")
+    if run.get("complete") is False or summary.complete is False:
+        raise ValueError(f"{where}: run {loaded.run_id}: the configuration is incomplete")
+    for field_name, stated in (
+        ("model", summary.model),
+        ("strategy", summary.strategy),
+        ("run_name", summary.run_name),
+    ):
+        if stated is not None and run.get(field_name) is not None and str(run[field_name]) != stated:
+            raise ValueError(f"{where}: {summary.path} says {field_name} {stated!r}, the folder {run[field_name]!r}")
+    return loaded
+
+
+def _as_run(run: Mapping[str, Any]):
+    """An evidence ``run.json`` shaped like an MLflow run (``info``, ``data``) for the shared checks."""
+    from types import SimpleNamespace
+
+    tags = {**{k: str(v) for k, v in (run.get("tags") or {}).items()}, "kind": str(run.get("kind"))}
+    info = SimpleNamespace(run_id=run["run_id"], run_name=run.get("run_name"), start_time=0, status="FINISHED")
+    data = SimpleNamespace(
+        params={k: str(v) for k, v in (run.get("params") or {}).items()},
+        tags=tags,
+        metrics={k: float(v) for k, v in (run.get("metrics") or {}).items()},
+    )
+    return SimpleNamespace(info=info, data=data)
+
+
+HAND_RUNS_NOTE = (
+    "Hand runs: the configurations were chosen by hand ({how}), not by the pipeline's summary files; "
+    "their provenance was not checked against a sweep."
+)
+
+
+def load_hand_runs(tracking_uri: str, experiment: str | None = None, run_ids: Sequence[str] = ()) -> RunResults:
+    """Runs chosen by hand: ``run_ids`` (any experiment), else the newest FINISHED configuration run of
+    each name in ``experiment``. The results are labelled (``checked`` False and a note).
+
+    Raises:
+        ValueError: one line: an unknown experiment or run, a run not FINISHED or not a configuration run,
+            two of the given runs of one configuration, or nothing to analyse.
+    """
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    client = MlflowClient(tracking_uri)
+    shown_uri = without_userinfo(tracking_uri)
+    notes: list[str] = []
+    if run_ids:
+        runs = []
+        for run_id in run_ids:
+            try:
+                run = client.get_run(run_id)
+            except MlflowException:
+                raise ValueError(f"run {run_id} not found at {shown_uri}") from None
+            if run.info.status != "FINISHED" or run.data.tags.get("kind") not in KINDS:
+                raise ValueError(
+                    f"run {run_id} ({run_name(run)}) is {run.info.status} with kind {run.data.tags.get('kind')!r}: "
+                    f"a FINISHED configuration run (kind one of {KINDS}) is needed"
+                )
+            runs.append(run)
+        names = [run_name(run) for run in runs]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"--runs names two runs of configuration(s) {', '.join(twice)}: keep one of each")
+        experiment_ids = sorted({run.info.experiment_id for run in runs})
+        experiment = experiment or ", ".join(client.get_experiment(i).name for i in experiment_ids)
+        experiment_id = ", ".join(experiment_ids)
+        how = "--runs " + ",".join(run_ids)
+    else:
+        found = client.get_experiment_by_name(experiment)
+        if found is None:
+            raise ValueError(f"no MLflow experiment named {experiment!r} at {shown_uri}")
+        experiment_id = found.experiment_id
+        candidates = client.search_runs(
+            [experiment_id], filter_string="attributes.status = 'FINISHED'", order_by=["attributes.start_time DESC"]
+        )
+        runs, older = [], {}
+        for run in candidates:
+            if run.data.tags.get("kind") not in KINDS:
+                continue
+            name = run_name(run)
+            if any(run_name(kept) == name for kept in runs):
+                older[name] = older.get(name, 0) + 1
+            else:
+                runs.append(run)
+        if older:
+            listed = ", ".join(f"{name} ({n})" for name, n in sorted(older.items()))
+            notes.append(f"Older runs of the same configuration were left out, the newest kept: {listed}.")
+        how = f"the newest run of each configuration in experiment {experiment!r}"
+    rows, metrics, artifacts, instances = [], {}, {}, {}
     with tempfile.TemporaryDirectory(prefix="tempgen-analysis-") as scratch:
         for run in runs:
-            destination = Path(scratch) / run.info.run_id
-            destination.mkdir()
-            artifacts[run_name(run)] = read_bootstrap_artifacts(client, run.info.run_id, destination)
-    results = build_results(rows, metrics, artifacts, shown_uri, experiment, found.experiment_id)
-    results.checked = True
+            name = run_name(run)
+            rows.append(run_row(name, run.info.run_id, run.data.params, run.data.tags, run.info.start_time))
+            metrics[name] = dict(run.data.metrics)
+            artifacts[name], predictions = _download(client, run.info.run_id, Path(scratch))
+            instances.update({(name, task, dataset): rows_ for (task, dataset), rows_ in predictions.items()})
+    results = build_results(rows, metrics, artifacts, shown_uri, str(experiment), experiment_id)
+    results.notes = [HAND_RUNS_NOTE.format(how=how), *notes, *results.notes]
+    results.checked = False
+    results.instances = instances
     return results

@@ -65,7 +65,7 @@ def rq1_sentences(analysis: Analysis) -> list[str]:
 def rq2_sentences(analysis: Analysis) -> list[str]:
     lines = []
     for group, corr in analysis.rq2.items():
-        if corr.rho.isna().all().all():
+        if not corr.computed:
             lines.append(f"- **{group}** ({len(corr.configs)} configurations): no correlation computed: {corr.reason}.")
             continue
         rho = corr.rho.to_numpy(dtype=np.float64)
@@ -133,6 +133,16 @@ def size_sentences(analysis: Analysis) -> list[str]:
         trend = analysis.size_trend[analysis.size_trend["series"] == name]
         sizes = sorted(set(curves["params_total_b"]))
         defined = trend.dropna(subset=["rho"])
+        head = f"- **{name}** ({len(models)} models: {', '.join(models)})"
+        if not sizes:
+            lines.append(f"{head}: none of its models has an F1 score, so there is no size curve.")
+            continue
+        if len(sizes) == 1:
+            lines.append(
+                f"{head}: only the {fmt(sizes[0], 1)}B model(s) have an F1 score (mean "
+                f"{fmt(curves['f1'].mean())}), so there is no size curve."
+            )
+            continue
         sentence = (
             f"- **{name}** ({len(models)} models, {fmt(sizes[0], 1)}B to {fmt(sizes[-1], 1)}B parameters): "
             f"mean F1 over strategies and datasets is {fmt(curves[curves['params_total_b'] == sizes[0]]['f1'].mean())} "
@@ -143,13 +153,23 @@ def size_sentences(analysis: Analysis) -> list[str]:
                 f" Size and F1 have Spearman rho > 0 on {int((defined['rho'] > 0).sum())} of {len(defined)} "
                 f"datasets (mean rho {fmt(defined['rho'].mean())})."
             )
+        else:
+            sentence += (
+                f" Size and F1 have no rank correlation on any dataset: it needs F1 at {rq.MIN_RANKED} or more "
+                "sizes, not all equal."
+            )
         lines.append(sentence)
     return lines
 
 
 def error_sentences(errors: pd.DataFrame) -> list[str]:
+    """The dominant error type over datasets, and t2c's shares beside the other sets of its task.
+
+    A dataset whose configurations logged no missing, spurious or boundary error has no shares: said so.
+    """
     lines = []
     defined = errors.dropna(subset=["share_missing"])
+    none = list(errors.loc[errors["share_missing"].isna(), "dataset"])
     if not defined.empty:
         shares = defined[["share_missing", "share_spurious", "share_boundary"]].to_numpy()
         largest = np.isclose(shares, shares.max(axis=1, keepdims=True)).sum(axis=0)
@@ -159,10 +179,14 @@ def error_sentences(errors: pd.DataFrame) -> list[str]:
             f"{int(largest[0])}, spurious predictions on {int(largest[1])} and boundary mismatches on "
             f"{int(largest[2])}; the highest missing share is {pct(top['share_missing'])} on {top['dataset']}."
         )
+    if none:
+        lines.append(
+            f"- No missing, spurious or boundary error was counted on {', '.join(none)}, so no error shares there."
+        )
     for task in TASK_ORDER:
         part = errors[errors["dataset"].str.startswith(task + "/")]
-        clinical = part[part["dataset"] == f"{task}/t2c"]
-        others = part[part["dataset"] != f"{task}/t2c"]
+        clinical = part[(part["dataset"] == f"{task}/t2c") & part["share_missing"].notna()]
+        others = part[(part["dataset"] != f"{task}/t2c") & part["share_missing"].notna()]
         if clinical.empty or others.empty:
             continue
         row = clinical.iloc[0]

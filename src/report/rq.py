@@ -347,6 +347,11 @@ class Correlation:
     p_adjusted: pd.DataFrame
     reason: str | None
 
+    @property
+    def computed(self) -> bool:
+        """Some pair of datasets has a rho (the diagonal alone, a dataset with itself, correlates nothing)."""
+        return not np.isnan(mean_off_diagonal(self.rho))
+
 
 def _mirror_adjust(p: pd.DataFrame, method: str) -> pd.DataFrame:
     values = p.to_numpy(dtype=np.float64)
@@ -366,15 +371,39 @@ def rq2_correlations(
         members = set(members)
         table = f1_table.loc[[c for c in f1_table.index if c in members]]
         rho, p = spearman_matrix(table)
-        reason = None
-        if len(table) < MIN_RANKED:
-            reason = f"only {len(table)} configuration(s); a rank correlation needs at least {MIN_RANKED}"
-        else:
-            constant = [c for c in table.columns if table[c].dropna().nunique() < 2]
-            if constant:
-                reason = "all configurations score the same on " + ", ".join(constant) + ", so no rank order there"
+        reason = _undefined_reason(table, rho)
         out[group] = Correlation(group, list(table.index), rho, p, _mirror_adjust(p, correction), reason)
     return out
+
+
+def _undefined_reason(table: pd.DataFrame, rho: pd.DataFrame) -> str | None:
+    """Why some dataset pairs of a group have no rho (None when every pair has one): the report states it."""
+    if len(table) < MIN_RANKED:
+        return f"only {len(table)} configuration(s); a rank correlation needs at least {MIN_RANKED}"
+    columns = list(table.columns)
+    if len(columns) < 2:
+        named = f" ({columns[0]})" if columns else ""
+        return f"only {len(columns)} dataset(s){named}; a rank correlation between datasets needs at least 2"
+    values = rho.to_numpy(dtype=np.float64)
+    upper_i, upper_j = np.triu_indices(len(columns), 1)
+    missing = [(columns[i], columns[j]) for i, j in zip(upper_i, upper_j) if np.isnan(values[i, j])]
+    if not missing:
+        return None
+    scored = table.notna().sum()
+    sparse = [c for c in columns if scored[c] < MIN_RANKED]
+    constant = [c for c in columns if c not in sparse and table[c].dropna().nunique() < 2]
+    parts = [f"only {int(scored[c])} configuration(s) scored on {c}" for c in sparse]
+    if constant:
+        parts.append("all configurations score the same on " + ", ".join(constant) + ", so no rank order there")
+    for a, b in missing:
+        if {a, b} & {*sparse, *constant}:
+            continue
+        both = table[[a, b]].dropna()
+        if len(both) < MIN_RANKED:
+            parts.append(f"only {len(both)} configuration(s) scored on both {a} and {b}")
+        else:
+            parts.append(f"the {len(both)} configurations scored on both {a} and {b} score the same on one of them")
+    return "; ".join(parts)
 
 
 def mean_off_diagonal(matrix: pd.DataFrame) -> float:
@@ -530,7 +559,9 @@ def size_curves(
                 sizes, scores = zip(*points)
                 rho, p, n = spearman(sizes, scores)
                 trend_rows.append({"series": name, "dataset": dataset, "sizes": n, "rho": rho, "p_value": p})
-    return pd.DataFrame(curve_rows), pd.DataFrame(trend_rows)
+    curve_columns = ["series", "model", "params_total_b", "dataset", "f1", "strategies"]
+    trend_columns = ["series", "dataset", "sizes", "rho", "p_value"]
+    return pd.DataFrame(curve_rows, columns=curve_columns), pd.DataFrame(trend_rows, columns=trend_columns)
 
 
 def error_breakdown(scores: pd.DataFrame) -> pd.DataFrame:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from src.report import rq
+from src.report import heatmap, rq
 from src.report.analysis import finetuned_pairs, instance_table, pairwise_long
 from src.study import PRIMARY_SCORER, TASK_ORDER
 
@@ -95,6 +95,44 @@ def markdown_table(table: pd.DataFrame, index: bool = True, digits: int = 3) -> 
     return "\n".join(lines)
 
 
+def _blank(value: Any, count: bool) -> bool:
+    if value is None or value is pd.NA or (isinstance(value, str) and value.strip() in ("", "–")):
+        return True
+    if isinstance(value, (float, np.floating)) and math.isnan(value):
+        return True
+    return count and isinstance(value, (int, float, np.integer, np.floating)) and value == 0
+
+
+def drop_empty_rows(table: pd.DataFrame, keep: int = 0) -> tuple[pd.DataFrame, int]:
+    """``table`` without rows whose values (after the first ``keep`` label columns) are all missing,
+    "–" or zero counts; returns the kept rows and how many were dropped."""
+    if table.empty:
+        return table, 0
+    counts = [is_count_column(c) for c in table.columns]
+    empty = [
+        all(_blank(v, c) for v, c in list(zip(row, counts))[keep:]) for row in table.itertuples(index=False, name=None)
+    ]
+    mask = np.array(empty, dtype=bool)
+    return table.loc[~mask], int(mask.sum())
+
+
+def dropped_note(dropped: int) -> str:
+    """The sentence under a table that left out empty rows ("" when none was)."""
+    if not dropped:
+        return ""
+    return f"{dropped} row{'' if dropped == 1 else 's'} with nothing to show (all values missing) left out."
+
+
+def compact_table(table: pd.DataFrame, index: bool = True, digits: int = 3, keep: int = 0) -> str:
+    """:func:`markdown_table` without all-empty rows, with a sentence saying how many were left out;
+    one sentence instead of a table when no row is left."""
+    kept, dropped = drop_empty_rows(table, keep)
+    if kept.empty:
+        return f"Nothing to show: all {dropped} rows are empty." if dropped else "Nothing to show: no rows."
+    note = dropped_note(dropped)
+    return markdown_table(kept, index, digits) + ("\n\n" + note if note else "")
+
+
 def with_ci(scores: pd.DataFrame, configs: list[str], keys: list[str] | None = None) -> pd.DataFrame:
     """Configs x datasets cells ``F1 [low, high]`` from the logged metrics."""
     f1 = rq.score_table(scores, configs, "f1")
@@ -121,7 +159,7 @@ def _write(table: pd.DataFrame, directory: Path, name: str, index: bool = True, 
     csv = directory / f"{name}.csv"
     table.to_csv(csv, index=index)
     if markdown:
-        (directory / f"{name}.md").write_text(markdown_table(table, index) + "\n", encoding="utf-8")
+        (directory / f"{name}.md").write_text(compact_table(table, index) + "\n", encoding="utf-8")
     return csv
 
 
@@ -205,4 +243,15 @@ def write_tables(analysis: Analysis, directory: Path) -> dict[str, Path]:
         written["size_curves"] = _write(analysis.size_curves, directory, "rq3_size_curves", index=False)
         written["size_trend"] = _write(analysis.size_trend, directory, "rq3_size_trend", index=False)
     written["error_types"] = _write(analysis.errors, directory, "error_types", index=False)
+    flags = heatmap.quality_flags(scores, heatmap.warn_rate())
+    written["heatmap_f1"] = _write(
+        heatmap.heatmap_long(heatmap.f1_grid(analysis), flags, results.runs),
+        directory,
+        "heatmap_f1",
+        index=False,
+        markdown=False,
+    )
+    written["generalization_gap"] = _write(
+        heatmap.generalization_gap(analysis), directory, "generalization_gap", index=False, markdown=False
+    )
     return written

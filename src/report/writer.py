@@ -6,12 +6,19 @@ The sections' sentences come from :mod:`src.report.prose`, the tables from
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import quote
+
+import pandas as pd
 
 from src.redact import without_userinfo
 from src.report.analysis import instance_table
+from src.report.browser import page_name, pages_with
+from src.report.findings import Finding, findings
+from src.report.heatmap import FLAG, RAW_ONLY, SIGNIFICANT, f1_grid, gap_matrix, heatmap_html, quality_flags, warn_rate
 from src.report.prose import (
     CORRECTION_NAMES,
     error_sentences,
@@ -25,26 +32,163 @@ from src.report.prose import (
     size_sentences,
     top_label_sentences,
 )
-from src.report.tables import configurations_table, markdown_table
+from src.report.tables import compact_table, configurations_table, markdown_table
 from src.study import PRIMARY_SCORER, TASK_ORDER
+from src.verdict import WATCHED
 
 if TYPE_CHECKING:
     from src.report.analysis import Analysis
 
+HEATMAP_CAPTION = "F1 by configuration and dataset"
 
-def _figure(lines: list[str], drawn: Mapping[str, list[Path]], name: str, caption: str, out: Path) -> None:
-    for png in [p for p in drawn.get(name) or [] if p.suffix == ".png"]:
+
+def _figure(
+    lines: list[str], drawn: Mapping[str, list[Path]], name: str, caption: str, out: Path, why: str | None = None
+) -> None:
+    """The figure's PNG, or (``why`` given) one sentence saying why there is none: never a blank image."""
+    pngs = [p for p in drawn.get(name) or [] if p.suffix == ".png"]
+    for png in pngs:
         lines.append(f"![{caption}]({png.relative_to(out).as_posix()})")
         lines.append("")
+    if not pngs and why:
+        lines += [f"No figure: {why}.", ""]
 
 
-def build_report(analysis: Analysis, drawn: Mapping[str, list[Path]], tables: Mapping[str, Path], out: Path) -> str:
-    """The report's markdown text."""
+def _join(values, limit: int = 8) -> str:
+    values = [str(v) for v in dict.fromkeys(values) if v is not None and str(v) not in ("", "nan", "None")]
+    shown = ", ".join(values[:limit])
+    return shown + (f" and {len(values) - limit} more" if len(values) > limit else "") if values else "none recorded"
+
+
+def instances_per_set(analysis: Analysis) -> str:
+    """``40 per set`` or the range with the sets that differ, from the instances each configuration was scored on."""
+    sizes = {key: {len(ids) for ids in data.ids.values()} for key, data in analysis.results.datasets.items()}
+    if not sizes:
+        return "not recorded (no bootstrap artifacts)"
+    every = sorted({n for values in sizes.values() for n in values})
+    if len(every) == 1:
+        return f"{every[0]} per set"
+    common = max(every, key=lambda n: sum(n in v for v in sizes.values()))
+    other = [f"{key}: {'/'.join(map(str, sorted(v)))}" for key, v in sizes.items() if v != {common}]
+    return f"{common} per set, except {'; '.join(other)}"
+
+
+def header_lines(analysis: Analysis, profile: str | None) -> list[str]:
+    """The report's first lines: what was run, and one provenance line linking to the full section."""
+    runs = analysis.results.runs
+    strategies = [s for s in runs.loc[runs["kind"] == "prompted", "strategy"]]
+    provenance = analysis.provenance
+    commits = _join(provenance["git_commit"], 3)
+    versions = _join(provenance["data_version"], 2)
+    return [
+        f"**Profile** {profile or 'not recorded'} · **models** {_join(runs['model'])} · "
+        f"**strategies** {_join(strategies)} · **instances** {instances_per_set(analysis)}",
+        "",
+        f"Provenance: {len(provenance)} runs (ids in [Provenance](#provenance)), commit {commits}, "
+        f"data version {versions}.",
+        "",
+    ]
+
+
+def finding_lines(items: list[Finding]) -> list[str]:
+    if not items:
+        return ["No finding: no paired test has anything to compare here (one configuration per set?).", ""]
+    return [f"{n}. {f.text} ([table]({f.table}))" for n, f in enumerate(items, 1)] + [""]
+
+
+def quality_lines(analysis: Analysis, flags: Mapping[tuple[str, str], list[str]], rate: float) -> list[str]:
+    """The legend of the heatmap's warning mark, and the flagged cells."""
+    watched = ", ".join(label for _, label in WATCHED)
+    logged = [m for m, _ in WATCHED if m in analysis.results.scores.columns]
+    if not logged:
+        return [f"Answer quality ({watched}) was not logged for these runs, so no cell can be flagged.", ""]
+    if not flags:
+        return [f"No cell has {watched} above warn_rate {rate:.0%}.", ""]
+    lines = [
+        f"{FLAG} marks the {len(flags)} cell(s) where {watched} exceed warn_rate {rate:.0%} "
+        "(the run's end-of-run warning); their F1 counts answers not to trust:",
+        "",
+    ]
+    table = pd.DataFrame(
+        [{"configuration": c, "dataset": k, "above warn_rate": "; ".join(v)} for (c, k), v in flags.items()]
+    )
+    return lines + [markdown_table(table, index=False), ""]
+
+
+def read_gaps(path: Path | None) -> pd.DataFrame:
+    """The generalization-gap table written by :func:`src.report.tables.write_tables` (marks kept as text)."""
+    if path is None:
+        return pd.DataFrame()
+    gaps = pd.read_csv(path)
+    gaps["mark"] = [m if isinstance(m, str) else "" for m in gaps["mark"]]  # an empty mark reads back as NaN
+    return gaps
+
+
+def gap_lines(analysis: Analysis, tables: Mapping[str, Path]) -> list[str]:
+    path = tables.get("generalization_gap")
+    gaps = read_gaps(path)
+    if gaps.empty:
+        return ["No shifted set has its base set scored by the same configuration: no gap to show.", ""]
+    name = CORRECTION_NAMES.get(analysis.correction, analysis.correction)
+    return [
+        f"F1 on the shifted set minus F1 on its base set, per configuration. {SIGNIFICANT}: significant after {name} "
+        f"over all {len(gaps)} gap cells (alpha = {analysis.alpha}); {RAW_ONLY}: raw p < alpha only. Bootstrap of "
+        "the gap, paired where both sets hold the same instances, two-sample otherwise "
+        f"([table](tables/{Path(path).name})).",
+        "",
+        compact_table(gap_matrix(gaps)),
+        "",
+    ]
+
+
+def note_table(notes: list[str]) -> str:
+    """The input notes as one table: the dataset a note is about, and the note."""
+    rows = []
+    for note in notes:
+        head, _, rest = note.partition(": ")
+        if rest and "/" in head and " " not in head:
+            rows.append({"dataset": head, "note": rest})
+        else:
+            rows.append({"dataset": "–", "note": note})
+    return markdown_table(pd.DataFrame(rows), index=False)
+
+
+def build_report(
+    analysis: Analysis,
+    drawn: Mapping[str, list[Path]],
+    tables: Mapping[str, Path],
+    out: Path,
+    profile: str | None = None,
+) -> str:
+    """The report's markdown text: headline (what ran, findings, heatmap, gaps), then methods and full tables."""
     results, c = analysis.results, analysis.correction
     cname = CORRECTION_NAMES.get(c, c)
     runs = results.runs
-    lines = [
-        "# Temporal extraction generalization study: results",
+    rate = warn_rate()
+    flags = quality_flags(results.scores, rate)
+    gaps = read_gaps(tables.get("generalization_gap"))
+    lines = ["# Temporal extraction generalization study: results", ""]
+    lines += header_lines(analysis, profile)
+    lines += ["## Findings", ""] + finding_lines(findings(analysis, gaps))
+    lines += ["## F1 by configuration and dataset", ""]
+    _figure(lines, drawn, "heatmap", HEATMAP_CAPTION, out, "no configuration has an F1 on any dataset")
+    pages = [out / "instances" / name for name in sorted(pages_with(out / "instances"))]
+    lines += [
+        "Rows: configurations by model, then strategy; columns: datasets by task, then dimension. "
+        f"Intervals: [CSV](tables/heatmap_f1.csv){' and on hover' if drawn.get('heatmap') else ''}."
+        + (
+            " Instance pages (gold and predicted spans): "
+            + ", ".join(f"[{p.stem.replace('_', '/', 1)}](instances/{p.name})" for p in pages)
+            + "."
+            if pages
+            else ""
+        ),
+        "",
+    ]
+    lines += quality_lines(analysis, flags, rate)
+    lines += ["## Generalization gap per dimension", ""] + gap_lines(analysis, tables)
+    lines += [
+        "## Methods",
         "",
         f"Experiment `{results.experiment_name}` (id {results.experiment_id}) at `{without_userinfo(results.tracking_uri)}`: "
         f"{len(runs)} configurations ({len(analysis.groups['all'])} prompted, "
@@ -56,7 +200,7 @@ def build_report(analysis: Analysis, drawn: Mapping[str, list[Path]], tables: Ma
     ]
     lines += method_lines(analysis)
     if results.notes:
-        lines += ["Input notes:", ""] + [f"- {note}" for note in results.notes] + [""]
+        lines += ["Input notes:", "", note_table(results.notes), ""]
     lines += [
         "## Results per dataset",
         "",
@@ -120,13 +264,20 @@ def build_report(analysis: Analysis, drawn: Mapping[str, list[Path]], tables: Ma
     )
     if rq1 is not None:
         rq1.columns = [f"{value} ({CORRECTION_NAMES.get(corr, corr)})" for value, corr in rq1.columns]
-        lines += [markdown_table(rq1), ""]
-    _figure(lines, drawn, "rq1", "RQ1 outcome shares", out)
+        lines += [compact_table(rq1), ""]
+    _figure(
+        lines,
+        drawn,
+        "rq1",
+        "RQ1 outcome shares",
+        out,
+        "no pair of configurations is significantly better on a base set",
+    )
     lines += ["## RQ2: rank correlation between datasets", ""] + rq2_sentences(analysis) + [""]
     for group, corr in analysis.rq2.items():
-        if not corr.rho.isna().all().all():
+        if corr.computed:
             lines += [f"Spearman rho, {group}:", "", markdown_table(corr.rho.rename_axis("dataset"), digits=2), ""]
-    _figure(lines, drawn, "rq2", "RQ2 Spearman heatmaps", out)
+    _figure(lines, drawn, "rq2", "RQ2 Spearman heatmaps", out, "no group has a rank correlation (reasons above)")
     lines += ["## RQ3: strategies, architecture, size and errors", "", "### Strategy pairs", ""]
     pairs = analysis.strategy_pairs
     if pairs.empty or pairs["pairs"].sum() == 0:
@@ -199,21 +350,62 @@ def build_report(analysis: Analysis, drawn: Mapping[str, list[Path]], tables: Ma
 
 HTML_PAGE = """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>Temporal extraction generalization study</title>
-<style>body{{font-family:sans-serif;max-width:72rem;margin:2rem auto;padding:0 1rem;line-height:1.4}}
+<style>body{{font-family:sans-serif;max-width:72rem;margin:1rem auto;padding:0 1rem;line-height:1.4}}
+h1{{font-size:1.5rem;margin:.3rem 0}}h2{{font-size:1.2rem;margin:1rem 0 .3rem}}
 table{{border-collapse:collapse;font-size:0.8rem;margin:0.5rem 0}}td,th{{border:1px solid #ccc;padding:2px 6px}}
+table.heatmap td{{text-align:center;min-width:2.6rem}}table.heatmap td a{{color:inherit;text-decoration:none}}
+table.heatmap th{{font-weight:normal;font-size:.75rem;white-space:nowrap}}table.heatmap td.na{{color:#999}}
 img{{max-width:100%}}</style></head><body>
 {body}
 </body></html>
 """
 
 
-def write_report(analysis: Analysis, drawn: Mapping[str, list[Path]], tables: Mapping[str, Path], out: Path) -> Path:
-    """Write ``report.md`` and ``report.html`` under ``out``; returns the markdown path."""
+def _slug(text: str) -> str:
+    """A heading's anchor as GitHub makes it (lowercase, spaces to hyphens, punctuation dropped)."""
+    text = re.sub(r"<[^>]+>", "", text).strip().lower()
+    return re.sub(r"\s", "-", re.sub(r"[^\w\s-]", "", text))
+
+
+def instance_link(out: Path) -> Callable[[str, str], str | None]:
+    """``link(config, task/dataset)``: the instance page filtered to ``config``, where the page exists."""
+
+    pages = pages_with(out / "instances")
+
+    def link(config: str, key: str) -> str | None:
+        name = page_name(*key.split("/", 1))
+        return f"instances/{name}#config={quote(config)}" if config in pages.get(name, ()) else None
+
+    return link
+
+
+def render_html(text: str, analysis: Analysis, out: Path) -> str:
+    """report.md as HTML: headings with anchors, the heatmap PNG replaced by the coloured, linked table."""
     import markdown
 
-    text = build_report(analysis, drawn, tables, out)
+    body = markdown.markdown(text, extensions=["tables"])
+    body = re.sub(r"<h([1-3])>(.*?)</h\1>", lambda m: f'<h{m[1]} id="{_slug(m[2])}">{m[2]}</h{m[1]}>', body)
+    picture = re.compile(r'<p><img alt="[^"]*" src="figures/heatmap_f1\.png" ?/?></p>')
+    if picture.search(body):
+        grid = f1_grid(analysis)
+        table = heatmap_html(grid, quality_flags(analysis.results.scores, warn_rate()), instance_link(out))
+        body = picture.sub(lambda _: table, body, count=1)
+    return HTML_PAGE.format(body=body)
+
+
+def write_report(
+    analysis: Analysis,
+    drawn: Mapping[str, list[Path]],
+    tables: Mapping[str, Path],
+    out: Path,
+    profile: str | None = None,
+) -> Path:
+    """Write ``report.md`` and ``report.html`` under ``out``; returns the markdown path.
+
+    Instance pages already under ``out/instances`` (:mod:`src.report.browser`) are linked from the heatmap.
+    """
+    text = build_report(analysis, drawn, tables, out, profile)
     path = out / "report.md"
     path.write_text(text, encoding="utf-8")
-    body = markdown.markdown(text, extensions=["tables"])
-    path.with_suffix(".html").write_text(HTML_PAGE.format(body=body), encoding="utf-8")
+    path.with_suffix(".html").write_text(render_html(text, analysis, out), encoding="utf-8")
     return path

@@ -31,6 +31,7 @@ class InstanceOutput:
     request_error: str | None = None
     truncated: bool = False  # the answer was cut by the token budget (finish reason ``length``)
     well_formed: bool = True  # strict JSON of exactly the requested shape (no repair needed)
+    served: dict | None = None  # what the provider said served the answer (model, system_fingerprint, provider)
 
 
 @dataclass
@@ -136,6 +137,7 @@ def evaluate_dataset(
             "reasoning_steps": output.reasoning_steps,
             "request_error": output.request_error,
             "truncated": output.truncated,
+            "served": output.served,
         }
         for record, output in zip(records, outputs)
     ]

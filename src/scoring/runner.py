@@ -20,12 +20,23 @@ from typing import Any, Protocol
 
 from src.data.schema import Record
 from src.digest import file_digest
+from src.run_tree import parent_tags, study_tags
 from src.scoring.evaluate import DatasetEvaluation, InstanceOutput, evaluate_dataset, log_evaluation
 
 log = logging.getLogger(__name__)
 
 #: Metrics copied into the DVC summary (the full set is in MLflow).
-SUMMARY_METRICS = ("f1", "precision", "recall", "f1_ci_low", "f1_ci_high", "parse_failure_rate", "truncated_rate", "n")
+SUMMARY_METRICS = (
+    "f1",
+    "precision",
+    "recall",
+    "f1_ci_low",
+    "f1_ci_high",
+    "parse_failure_rate",
+    "truncated_rate",
+    "empty_answer_rate",
+    "n",
+)
 KINDS = ("prompted", "finetuned")
 
 
@@ -74,6 +85,7 @@ class RunRecord:
         strategy: the strategy name, or ``finetuned``.
         params: every other param (family, sizes, k, seed, git commit, data version...).
         tags: extra tags (e.g. the training run a checkpoint came from).
+        profile: the sweep profile the run belongs to (its MLflow parent run); None for a hand run.
     """
 
     run_name: str
@@ -82,6 +94,7 @@ class RunRecord:
     strategy: str
     params: dict[str, Any] = field(default_factory=dict)
     tags: dict[str, str] = field(default_factory=dict)
+    profile: str | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -91,7 +104,11 @@ class RunRecord:
         return {"model": self.model, "strategy": self.strategy, "kind": self.kind, **self.params}
 
     def all_tags(self) -> dict[str, str]:
-        return {"model": self.model, "strategy": self.strategy, "kind": self.kind, **self.tags}
+        return {
+            **study_tags(self.model, self.strategy, self.params, self.profile),
+            "kind": self.kind,
+            **self.tags,
+        }
 
 
 @dataclass
@@ -124,13 +141,15 @@ class RunOutcome:
 
     run_id: str
     outcomes: list[DatasetOutcome]
+    logged: dict[str, float] = field(default_factory=dict)  # every metric the run logged (read back)
 
     @property
     def complete(self) -> bool:
         return all(o.evaluation is not None for o in self.outcomes)
 
     def metrics(self) -> dict[str, float]:
-        merged: dict[str, float] = {}
+        """The run's logged metrics (those a system logged itself too), scored metrics on top."""
+        merged: dict[str, float] = dict(self.logged)
         for outcome in self.outcomes:
             if outcome.evaluation is not None:
                 merged.update(outcome.evaluation.metrics())
@@ -171,6 +190,7 @@ def evaluate_configuration(
     tracking_uri: str | None = None,
     secrets: tuple[str, ...] = (),
     artifacts: Callable[[], None] | None = None,
+    evidence: Path | str | None = None,
 ) -> RunOutcome:
     """Open the configuration's MLflow run, evaluate every dataset, log, close with a status.
 
@@ -178,6 +198,7 @@ def evaluate_configuration(
     failed is logged with its failed ids and causes and the run ends FAILED. Any exception
     (a crash, Ctrl-C) also ends the run FAILED before it propagates; a run killed outright
     (SIGKILL) stays RUNNING in the store and is closed the next time this configuration runs.
+    ``evidence`` (a folder) receives the run's evidence afterwards (:func:`write_run_evidence`).
     """
     import mlflow
 
@@ -187,7 +208,7 @@ def evaluate_configuration(
     closed = tracking.close_stale_runs(experiment_id, record.run_name, mlflow.MlflowClient())
     if closed:
         log.warning("%s: closed %d stale RUNNING run(s) as FAILED: %s", record.run_name, len(closed), ", ".join(closed))
-    owner_tags = tracking.run_owner_tags()
+    owner_tags = {**tracking.run_owner_tags(), **parent_tags(mlflow.MlflowClient(), experiment_id, record.profile)}
     outcomes: list[DatasetOutcome] = []
     started = time.perf_counter()
     with mlflow.start_run(run_name=record.run_name) as active:
@@ -203,13 +224,54 @@ def evaluate_configuration(
             for plan in plans:
                 outcome = _evaluate_one(plan, system, scoring, secrets)
                 outcomes.append(outcome)
-            usage = {o.key: o.usage for o in outcomes}
-            tracking.log_json_artifact(usage, "usage.json", secrets)
+            tracking.log_json_artifact(usage_report(outcomes), "usage.json", secrets)
             mlflow.log_metric("wall_time_s", time.perf_counter() - started)
             status = "FINISHED" if all(o.evaluation is not None for o in outcomes) else "FAILED"
         finally:
             mlflow.end_run(status=status)
-    return RunOutcome(active.info.run_id, outcomes)
+    finished = mlflow.MlflowClient().get_run(active.info.run_id)
+    outcome = RunOutcome(active.info.run_id, outcomes, dict(finished.data.metrics))
+    if evidence is not None:
+        write_run_evidence(Path(evidence), record, outcome, finished, experiment, secrets)
+    return outcome
+
+
+def usage_report(outcomes: Sequence[DatasetOutcome]) -> dict[str, dict[str, float]]:
+    """``usage.json``: each dataset's usage and a ``total`` summing every numeric field over them."""
+    report: dict[str, dict[str, float]] = {o.key: dict(o.usage) for o in outcomes}
+    total: dict[str, float] = {}
+    for usage in report.values():
+        for name, value in usage.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                total[name] = total.get(name, 0.0) + float(value)
+    report["total"] = total
+    return report
+
+
+def write_run_evidence(
+    folder: Path, record: RunRecord, outcome: RunOutcome, run: Any, experiment: str, secrets: tuple[str, ...] = ()
+) -> Path:
+    """The configuration's evidence folder (:mod:`src.evidence`): what it logged, as read back from
+    the store (params, metrics, tags), and each scored dataset's predictions and bootstrap artifact."""
+    from src.evidence import clean_metrics, clean_tags, write_evidence
+    from src.tracking import redact
+
+    data = {
+        "run_id": outcome.run_id,
+        "run_name": record.run_name,
+        "experiment": experiment,
+        "kind": record.kind,
+        "model": record.model,
+        "strategy": record.strategy,
+        "complete": outcome.complete,
+        "params": dict(sorted(run.data.params.items())),
+        "metrics": clean_metrics(run.data.metrics),
+        "tags": clean_tags(run.data.tags),
+    }
+    scored = [o.evaluation for o in outcome.outcomes if o.evaluation is not None]
+    predictions = {(e.task, e.dataset): e.rows for e in scored}
+    bootstrap = {(e.task, e.dataset): e.bootstrap_artifact() for e in scored}
+    return write_evidence(folder, redact(data, secrets), redact(predictions, secrets), redact(bootstrap, secrets))
 
 
 def _evaluate_one(

@@ -390,11 +390,12 @@ def spearman_matrix(table: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     import pandas as pd
 
     columns = list(table.columns)
-    rho = pd.DataFrame(np.nan, index=columns, columns=columns, dtype=np.float64)
+    scores = table.to_numpy(dtype=np.float64)
+    rho = np.full((len(columns), len(columns)), np.nan)
     pval = rho.copy()
-    for a_index, a in enumerate(columns):
-        for b in columns[a_index:]:
-            r, p, _ = spearman(table[a].to_numpy(dtype=np.float64), table[b].to_numpy(dtype=np.float64))
-            rho.loc[a, b] = rho.loc[b, a] = r
-            pval.loc[a, b] = pval.loc[b, a] = p
-    return rho, pval
+    for a in range(len(columns)):
+        for b in range(a, len(columns)):
+            r, p, _ = spearman(scores[:, a], scores[:, b])
+            rho[a, b] = rho[b, a] = r
+            pval[a, b] = pval[b, a] = p
+    return pd.DataFrame(rho, index=columns, columns=columns), pd.DataFrame(pval, index=columns, columns=columns)

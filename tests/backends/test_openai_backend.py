@@ -475,3 +475,68 @@ def test_an_answer_is_cut_at_the_first_repeated_item_of_its_final_list(tmp_path,
     assert server.requests_matching("loop") == 2  # two cache keys
     again = cached.generate([request("loop", stop_at_repeat="$")])[0]
     assert again.cached and (again.text, again.finish_reason) == ('["Friday", "May"]', "stop")
+
+
+SCHEMA = json.dumps({"type": "array", "items": {"type": "string"}})
+
+
+def schema_requests(n: int, prefix: str = "s") -> list[ChatRequest]:
+    return [request(f"{prefix} {i}", response_schema=SCHEMA) for i in range(n)]
+
+
+def test_auto_falls_back_to_json_object_once_on_a_refusal_and_resends_without_billing_an_attempt(make_backend):
+    with OpenAIServer(refuse_formats=("json_schema",)) as refusing:
+        backend = make_backend(base_url=refusing.base_url, schema_format="auto", max_retries=0)
+        results = backend.generate(schema_requests(6))
+        assert refusing.request_count == 7 and refusing.refused_formats == {"json_schema": 1}  # once per run
+        assert [body["response_format"]["type"] for body in refusing.bodies[1:]] == ["json_object"] * 6
+        again = backend.generate(schema_requests(3, "t"))  # the backend remembers the form
+        assert refusing.request_count == 10 and refusing.refused_formats == {"json_schema": 1}
+    # max_retries=0: the refused request still answered, so the refusal was not an attempt
+    assert [r.text for r in results] == [f'["s {i}"]' for i in range(6)] and all(r.ok for r in again)
+    assert backend.schema_form_used == "json_object" and backend.format_refusals == 1
+
+
+def test_auto_goes_on_to_no_schema_when_json_object_is_refused_too(make_backend):
+    with OpenAIServer(refuse_formats=("json_schema", "json_object")) as refusing:
+        backend = make_backend(base_url=refusing.base_url, schema_format="auto")
+        results = backend.generate(schema_requests(4))
+        assert refusing.refused_formats == {"json_schema": 1, "json_object": 1}
+        assert refusing.request_count == 6 and all("response_format" not in b for b in refusing.bodies[2:])
+    assert all(r.ok for r in results) and backend.schema_form_used == "none"
+
+
+@pytest.mark.parametrize("schema_format", ["strict", "json_schema"])
+def test_strict_fails_on_a_refusal_with_one_message_and_no_retry(make_backend, caplog, schema_format):
+    with OpenAIServer(refuse_formats=("json_schema",)) as refusing:
+        backend = make_backend(base_url=refusing.base_url, schema_format=schema_format)
+        results = backend.generate(schema_requests(5))
+        assert refusing.request_count == 1  # the first request goes alone; the rest are not sent
+    errors = {r.error for r in results}
+    assert len(errors) == 1 and all(r.text is None for r in results)
+    [error] = errors
+    assert error.startswith("the server refused response_format json_schema (HTTP 500:")
+    assert "Input should be" in error and "schema_format=auto" in error  # the server's reason, and the cure
+    assert backend.schema_form_used is None
+
+
+def test_a_500_that_does_not_name_the_format_is_still_retried_as_a_server_error(server, make_backend):
+    server.inject("flaky", status=500, times=1, body='{"error": {"message": "CUDA out of memory"}}')
+    backend = make_backend(schema_format="strict")
+    [result] = backend.generate([request("flaky", response_schema=SCHEMA)])
+    assert result.ok and server.requests_matching("flaky") == 2 and backend.format_refusals == 0
+
+
+def test_auto_has_its_own_cache_identity_and_strict_shares_json_schemas(tmp_path, make_backend):
+    assert "schema_format" not in make_backend(schema_format="strict").cache_identity()
+    assert make_backend(schema_format="strict").cache_identity() == make_backend().cache_identity()
+    assert make_backend(schema_format="auto").cache_identity()["schema_format"] == "auto"
+    with OpenAIServer(refuse_formats=("json_schema",)) as refusing:
+        cache = ResponseCache(tmp_path)
+        first = CachedBackend(make_backend(base_url=refusing.base_url, schema_format="auto"), cache)
+        first.generate(schema_requests(3))
+        sent = refusing.request_count
+        rerun = CachedBackend(make_backend(base_url=refusing.base_url, schema_format="auto"), cache)
+        results = rerun.generate(schema_requests(3))
+        assert refusing.request_count == sent == 4  # a rerun sends nothing, not even a probe
+    assert all(r.cached for r in results) and rerun.backend.schema_form_used is None

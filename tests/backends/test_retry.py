@@ -89,3 +89,20 @@ def test_an_http_date_without_a_zone_is_read_as_utc_in_every_local_time_zone(mon
     finally:
         monkeypatch.delenv("TZ")
         time.tzset()
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "refused"),
+    [
+        (500, "Input should be 'text' or 'json_object'", True),  # llama.cpp's server
+        (400, '{"error": {"message": "response_format is not supported"}}', True),
+        (422, "unknown field json_schema", True),
+        (500, "CUDA out of memory", False),  # a server fault: retried
+        (503, "response_format busy", False),  # overload, whatever the text
+        (404, "json_schema", False),
+    ],
+)
+def test_a_refusal_of_the_schema_form_is_told_from_a_server_fault(status, body, refused):
+    from src.backends.openai_reply import is_format_refusal
+
+    assert is_format_refusal(status, body) is refused

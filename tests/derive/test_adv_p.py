@@ -8,6 +8,8 @@ similarity is scripted too, except in the slow test, which runs the embedded mod
 from __future__ import annotations
 
 import json
+from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -27,6 +29,9 @@ from src.derive.rewrite_prompts import (
     rewrite_request,
 )
 from src.derive.typo_rule import RULE_KIND
+from tests.helpers.openai_server import OpenAIServer, last_user_message
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def make_record(id_: str, text: str, *strings: str) -> Record:
@@ -336,7 +341,9 @@ def test_main_writes_valid_records_and_stats(tmp_path, monkeypatch):
     assert stats["rejection_reasons"] == {"missing_span": 3} and stats["requests"] == 5
     assert all(r.response_schema == RESPONSE_SCHEMA_TEXT for r in backend.requests)
     assert "adv_p" in examples.read_text()
-    # a rerun is answered by the response cache
+    assert "cached_responses" not in stats  # how much the cache answered is logged, not a metric
+    first = (out.read_bytes(), stats_path.read_bytes(), examples.read_bytes())
+    # a rerun is answered by the response cache, and writes the same bytes (DVC outputs)
     adv_p.main(
         [
             "--input",
@@ -357,10 +364,72 @@ def test_main_writes_valid_records_and_stats(tmp_path, monkeypatch):
             str(tmp_path / "cache"),
             "--stats",
             str(stats_path),
+            "--examples",
+            str(examples),
         ],
         similarity=scripted_similarity(),
     )
-    assert len(backend.requests) == 5 and json.loads(stats_path.read_text())["cached_responses"] == 5
+    assert len(backend.requests) == 5
+    assert (out.read_bytes(), stats_path.read_bytes(), examples.read_bytes()) == first
+
+
+def test_summary_usage_leaves_out_the_prefix_reuse_of_llamacpp():
+    """``prompt_tokens_reused`` depends on which answers were cached and on the order requests ran;
+    the stats keep what the answers cost."""
+    outcome = adv_p.RewriteOutcome([], [], {"r": 1}, usage=Counter(prompt_tokens=40, completion_tokens=9))
+    outcome.usage.update(prompt_tokens_reused=31, cost=0.5)
+    stats = adv_p.summarize(outcome, ScriptedBackend({}), RewriteSettings())
+    assert stats["usage"] == {"prompt_tokens": 40, "completion_tokens": 9, "cost": 0.5}
+
+
+def _synonym_or_typo(body: dict) -> str:
+    """The fake provider's rewrite: a typo in "reported" when typos are asked for, else a synonym."""
+    prompt = last_user_message(body)
+    sentence = prompt.rsplit("Sentence: ", 1)[1]
+    new = "reportde" if prompt.startswith("Add typos") else "announced"
+    return json.dumps({"rewritten": sentence.replace("reported", new)})
+
+
+def test_the_paper_profiles_api_generator_sends_the_rewrites_to_the_server(tmp_path, monkeypatch):
+    """``sweep.adv_p_generator: gpt41`` (the paper profile): every rewrite request goes to the
+    OpenAI-compatible server as ``openai/gpt-4.1`` under the answer schema, the accepted
+    rewrites name that generator, and a rerun is answered by the response cache with the same bytes."""
+    monkeypatch.delenv("OPENROUTER_API_KEY", raising=False)  # a loopback server gets a placeholder
+    records = [
+        make_record("a", "The company reported higher sales on Monday.", "Monday"),
+        make_record("b", "Officials reported the deal on Friday after talks.", "Friday"),
+    ]
+    base = tmp_path / "base.jsonl"
+    write_records(base, records)
+    out, stats_path, examples = tmp_path / "adv_p.jsonl", tmp_path / "stats.json", tmp_path / "adv_p.md"
+    with OpenAIServer(answer=_synonym_or_typo) as server:
+        argv = ["--input", str(base), "--output", str(out), "--cache-dir", str(tmp_path / "cache")]
+        argv += ["--sweep", str(ROOT / "conf/profiles/paper.yaml"), "--option", f"base_url={server.base_url}"]
+        argv += ["--stats", str(stats_path), "--examples", str(examples)]
+        adv_p.main(argv, similarity=scripted_similarity())
+        assert server.request_count == 2  # one attempt each: both accepted
+        assert {body["model"] for body in server.bodies} == {"openai/gpt-4.1"}
+        assert sorted(last_user_message(b).rsplit("Sentence: ", 1)[1] for b in server.bodies) == sorted(
+            r.text for r in records
+        )
+        assert all(b["response_format"]["type"] == "json_schema" for b in server.bodies)
+        derived = read_records(out)
+        assert [r.id for r in derived] == ["a", "b"]
+        for record, original in zip(derived, records):
+            assert record.extra["generator"] == {"backend": "openai", "model_id": "openai/gpt-4.1"}
+            assert record.text != original.text and "reported" not in record.text
+            assert [s.text for s in record.spans] == original.gold_strings()
+            check_spans(record.text, record.spans, record.id)
+        stats = json.loads(stats_path.read_text())
+        assert stats["generator"] == {"backend": "openai", "model_id": "openai/gpt-4.1"}
+        assert (stats["accepted"], stats["llm_accepted"], stats["requests"]) == (2, 2, 2)
+        sent = [server.completion(b)["usage"] for b in server.bodies]
+        assert stats["usage"]["prompt_tokens"] == sum(u["prompt_tokens"] for u in sent)
+        assert stats["usage"]["cost"] == pytest.approx(sum(u["cost"] for u in sent))
+        first = (out.read_bytes(), stats_path.read_bytes(), examples.read_bytes())
+        adv_p.main(argv, similarity=scripted_similarity())
+        assert server.request_count == 2  # the rerun sent nothing
+    assert (out.read_bytes(), stats_path.read_bytes(), examples.read_bytes()) == first
 
 
 def test_cli_options():

@@ -25,7 +25,8 @@ STAGES = {
 
 def _expected(stage: str) -> dict:
     shared = {"victim": PARAMS["derive"]["victim"]} if stage == "adv" else {}
-    return {"seed": PARAMS["seed"], "limit": SWEEP["derive_limit"], **shared, **PARAMS["derive"][stage]}
+    profile = {"generator": SWEEP["adv_p_generator"]} if stage == "adv_p" else {}
+    return {"seed": PARAMS["seed"], "limit": SWEEP["derive_limit"], **shared, **PARAMS["derive"][stage], **profile}
 
 
 @pytest.mark.parametrize("stage", sorted(STAGES))
@@ -45,13 +46,60 @@ def test_the_adv_victim_checkpoint_follows_derive_victim():
     assert adv.parse_args(PATHS + ["--task", "timex", "--checkpoint", "ckpt"]).checkpoint == "ckpt"
 
 
-def test_the_adv_p_generator_is_the_params_model_file():
+def test_the_adv_p_generator_is_the_profiles_model_file():
+    """The default profile rewrites offline with the embedded model; the generator is no params.yaml key."""
+    assert "generator" not in PARAMS["derive"]["adv_p"]
     args = adv_p.parse_args(PATHS + ["--cache-dir", "c"])
     path = adv_p.model_config_path(args)
-    assert path == ROOT / "conf" / "model" / f"{PARAMS['derive']['adv_p']['generator']}.yaml" and path.is_file()
+    assert path == ROOT / "conf" / "model" / f"{SWEEP['adv_p_generator']}.yaml" and path.is_file()
     backend, model_id, _ = adv_p.generator_settings(args)
     generator = yaml.safe_load(path.read_text(encoding="utf-8"))
     assert (backend, model_id) == (generator["backend"], generator["model_id"])
+    if SWEEP["profile"] == "default":
+        assert (backend, model_id) == ("llamacpp", "smollm2-135m-gguf")
+
+
+def test_the_paper_profile_rewrites_with_gpt41_through_the_openai_backend():
+    """The study's rewriter: GPT-4.1 on OpenRouter, its options composed as src.run composes them."""
+    paper = str(ROOT / "conf" / "profiles" / "paper.yaml")
+    args = adv_p.parse_args(PATHS + ["--cache-dir", "c", "--sweep", paper])
+    assert args.generator == "gpt41" and args.limit is None
+    backend, model_id, options = adv_p.generator_settings(args)
+    defaults = yaml.safe_load((ROOT / "conf" / "backend_options" / "openai.yaml").read_text(encoding="utf-8"))
+    assert (backend, model_id) == ("openai", "openai/gpt-4.1")
+    assert options == {**defaults, "base_url": "https://openrouter.ai/api/v1", "api_key_env": "OPENROUTER_API_KEY"}
+    price = yaml.safe_load((ROOT / "conf" / "model" / "gpt41.yaml").read_text(encoding="utf-8"))["price"]
+    assert (price["input_per_mtok"], price["output_per_mtok"], price["read"]) == (2.0, 8.0, "2025-07")
+
+
+def _sweep_with(tmp_path: Path, **changes) -> Path:
+    values = {"sweep": {**SWEEP, **changes}}
+    values["sweep"] = {k: v for k, v in values["sweep"].items() if v != "<drop>"}
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump(values), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"adv_p_generator": "<drop>"}, ("no sweep.adv_p_generator",)),
+        ({"adv_p_generator": "gpt5_typo"}, ("adv_p generator: no model file", "conf/model/gpt5_typo.yaml")),
+    ],
+)
+def test_a_missing_or_unknown_generator_is_one_error_line(tmp_path, capsys, change, message):
+    with pytest.raises(SystemExit) as stopped:
+        adv_p.parse_args(PATHS + ["--cache-dir", "c", "--sweep", str(_sweep_with(tmp_path, **change))])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert stopped.value.code == 2 and all(fragment in err[-1] for fragment in message), err
+
+
+def test_the_generator_in_params_is_refused_not_shadowed(tmp_path, capsys):
+    """One place chooses the generator: a params.yaml copy of it would silently lose to the profile."""
+    with pytest.raises(SystemExit) as stopped:
+        adv_p.parse_args(PATHS + ["--cache-dir", "c", "--params", str(_params_with(tmp_path, "adv_p", generator="x"))])
+    assert stopped.value.code == 2
+    assert "derive.adv_p.generator is chosen by the profile (sweep.adv_p_generator)" in capsys.readouterr().err
 
 
 def test_flags_override_one_setting_each():

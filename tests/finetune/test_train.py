@@ -225,8 +225,8 @@ def test_tiny_training_run_lowers_the_loss_and_writes_a_loadable_checkpoint(tmp_
     assert summary["steps"] == 24 and summary["schedule"]["warmup_steps"] == 2
     assert summary["best_val_f1"] is not None and 0.0 <= summary["best_val_f1"] <= 1.0
     assert summary["val_metrics"]["f1"] == summary["best_val_f1"]
-    assert summary["train_examples_per_s"] > 0
-    assert not (out / "checkpoints").exists()
+    assert "train_examples_per_s" not in summary and "train_time_s" not in summary  # timings: log and MLflow
+    assert not (out / "checkpoints").exists() and not (out / "training_args.bin").exists()
 
     # the O weight kept is the grid point with the best validation LCS F1 (ties: the smaller weight)
     by_bias = summary["val_lcs_f1_by_outside_bias"]
@@ -245,30 +245,130 @@ def test_tiny_training_run_lowers_the_loss_and_writes_a_loadable_checkpoint(tmp_
     print(f"tiny training run: {elapsed:.1f} s, best val F1 {summary['best_val_f1']:.3f}, predicted {spans}")
 
 
+def test_the_checkpoint_summary_keeps_no_timing_or_run_id():
+    """``training_summary.json`` is a DVC output: two trainings that differ only in their timings
+    and MLflow run write the same bytes; the timings stay in the returned summary (MLflow)."""
+    from src.finetune.train import checkpoint_summary
+
+    def summary(seconds: float, run_id: str) -> dict:
+        return {
+            "steps": 12,
+            "best_val_f1": 0.5,
+            "train_time_s": seconds,
+            "eval_time_s": seconds / 10,
+            "train_examples_per_s": 64 / seconds,
+            "train_examples_per_s_excluding_eval": 70 / seconds,
+            "mlflow_run_id": run_id,
+            "log_history": [
+                {"loss": 1.2, "step": 1, "epoch": 0.25},
+                {"eval_f1": 0.5, "eval_runtime": seconds, "eval_samples_per_second": 9 / seconds, "step": 4},
+                {"train_runtime": seconds, "train_steps_per_second": 4 / seconds, "train_loss": 1.0, "total_flos": 7},
+            ],
+        }
+
+    first, second = checkpoint_summary(summary(0.8, "a" * 32)), checkpoint_summary(summary(1.7, "b" * 32))
+    assert json.dumps(first) == json.dumps(second)
+    assert first == {
+        "steps": 12,
+        "best_val_f1": 0.5,
+        "log_history": [
+            {"loss": 1.2, "step": 1, "epoch": 0.25},
+            {"eval_f1": 0.5, "step": 4},
+            {"train_loss": 1.0, "total_flos": 7},
+        ],
+    }
+
+
+def _fake_checkpoint(folder: Path, weights: bytes) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "model.safetensors").write_bytes(weights)
+    return folder
+
+
+@pytest.mark.slow  # an sqlite MLflow store takes ~10 s to create
+def test_the_training_run_is_found_by_the_weights_hash(tmp_path, monkeypatch):
+    """The evaluation run links to its training run through MLflow (tag ``weights_sha256``), not
+    through a file in the checkpoint: the latest FINISHED training of those weights."""
+    import mlflow
+
+    from src.finetune.mlflow_logging import find_training_run, weights_digest
+
+    monkeypatch.chdir(tmp_path)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    checkpoint = _fake_checkpoint(tmp_path / "ckpt", b"weights")
+    other = _fake_checkpoint(tmp_path / "other", b"other weights")
+    assert find_training_run(checkpoint, "none-yet", uri) is None  # no experiment: no link, no error
+    client = mlflow.MlflowClient(tracking_uri=uri)
+    experiment = client.create_experiment("link-test")
+
+    def training(digest: str, status: str, kind: str = "training") -> str:
+        run = client.create_run(experiment, tags={"kind": kind, "weights_sha256": digest})
+        client.set_terminated(run.info.run_id, status)
+        return run.info.run_id
+
+    assert find_training_run(checkpoint, "link-test", uri) is None
+    older = training(weights_digest(checkpoint), "FINISHED")
+    training(weights_digest(other), "FINISHED")
+    training(weights_digest(checkpoint), "FAILED")
+    training(weights_digest(checkpoint), "FINISHED", kind="evaluation")
+    assert find_training_run(checkpoint, "link-test", uri) == older
+    newer = training(weights_digest(checkpoint), "FINISHED")
+    assert find_training_run(checkpoint, "link-test", uri) == newer
+    assert find_training_run(other, "link-test", uri) not in (older, newer, None)
+
+
 @pytest.mark.slow
-def test_training_is_deterministic_given_the_seed(tmp_path, tiny_checkpoint):
-    """Two runs with one seed give the same losses and weights (tiny random BERT, a few steps)."""
-    import torch
+def test_training_twice_writes_a_byte_identical_checkpoint(tmp_path, tiny_checkpoint, monkeypatch):
+    """Two tracked trainings with one seed into the same (relative, as in dvc.yaml) folder write
+    the same bytes in every file, although their MLflow runs and timings differ; the Trainer's
+    ``training_args.bin`` (a dated, host-named logging folder) is not kept, and the evaluation
+    run finds the latest training run by the weights hash."""
+    import mlflow
     from transformers import AutoModelForTokenClassification, AutoTokenizer, set_seed
 
-    from src.finetune.train import train_classifier
+    from src.finetune.mlflow_logging import RUN_FILE, find_training_run
+    from src.finetune.train import TRAINING_ARGS_FILE, train_classifier
 
+    monkeypatch.chdir(tmp_path)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     records = make_synthetic_records(40, seed=2)
     config = train_config(
-        learning_rate=1e-3, train_batch_size=8, num_train_epochs=2, logging_steps=1, max_length=24, seed=5
+        learning_rate=1e-3,
+        train_batch_size=8,
+        num_train_epochs=2,
+        logging_steps=1,
+        max_length=24,
+        seed=5,
+        report_to="mlflow",
     )
-    results = []
-    for run in range(2):
+    out = Path("models/finetuned/tiny-timex")
+    runs = []
+    for _ in range(2):
         set_seed(config.seed)
         model = AutoModelForTokenClassification.from_pretrained(tiny_checkpoint)
         tokenizer = AutoTokenizer.from_pretrained(tiny_checkpoint)
         summary = train_classifier(
-            model, tokenizer, records[:32], records[32:], "TIMEX", config, tmp_path / f"run{run}"
+            model, tokenizer, records[:32], records[32:], "TIMEX", config, out, "tiny-timex-train", None, "twice", uri
         )
-        weights = AutoModelForTokenClassification.from_pretrained(tmp_path / f"run{run}").state_dict()
-        results.append(([e["loss"] for e in summary["log_history"] if "loss" in e], weights))
-    assert results[0][0] == results[1][0]
-    assert all(torch.equal(results[0][1][k], results[1][1][k]) for k in results[0][1])
+        files = {p.name: p.read_bytes() for p in sorted(out.iterdir())}
+        runs.append((summary, files))
+        time.sleep(0.01)  # distinct run start times
+    (first, files), (second, again) = runs
+    assert [e["loss"] for e in first["log_history"] if "loss" in e] == [
+        e["loss"] for e in second["log_history"] if "loss" in e
+    ]
+    assert first["mlflow_run_id"] != second["mlflow_run_id"]
+    assert first["train_time_s"] > 0 and second["train_time_s"] > 0  # measured, kept out of the folder
+    assert {"model.safetensors", "config.json", "label_map.json", "training_summary.json"} <= set(files)
+    assert TRAINING_ARGS_FILE not in files and RUN_FILE not in files and "checkpoints" not in files
+    assert files.keys() == again.keys()
+    assert [name for name in files if files[name] != again[name]] == []
+    for name in files:
+        assert b"train_time_s" not in files[name] and str(tmp_path).encode() not in files[name], name
+        assert first["mlflow_run_id"].encode() not in files[name], name  # nor any run id
+    assert find_training_run(out, "twice", uri) == second["mlflow_run_id"]
+    client = mlflow.MlflowClient(tracking_uri=uri)
+    assert client.get_run(second["mlflow_run_id"]).data.metrics["train_time_s"] == pytest.approx(second["train_time_s"])
 
 
 @pytest.mark.slow
@@ -278,7 +378,7 @@ def test_a_training_run_lands_in_mlflow_with_params_metrics_and_the_weights_hash
     import mlflow
     from transformers import AutoModelForTokenClassification, AutoTokenizer
 
-    from src.finetune.mlflow_logging import RUN_FILE, weights_digest
+    from src.finetune.mlflow_logging import RUN_FILE, find_training_run, weights_digest
     from src.finetune.train import train_classifier
 
     monkeypatch.chdir(tmp_path)  # an sqlite store outside mlruns/ puts artifacts under ./mlruns
@@ -307,24 +407,29 @@ def test_a_training_run_lands_in_mlflow_with_params_metrics_and_the_weights_hash
         data_files=[tmp_path / "train.jsonl", tmp_path / "val.jsonl"],
     )
     assert mlflow.active_run() is None  # the run was closed
-    link = json.loads((out / RUN_FILE).read_text(encoding="utf-8"))
+    assert not (out / RUN_FILE).exists()  # the link is the weights hash in MLflow, not a file
     client = mlflow.MlflowClient(tracking_uri=uri)
     experiment = client.get_experiment_by_name("finetune-test")
     [run] = client.search_runs([experiment.experiment_id])
-    assert link["run_id"] == run.info.run_id == summary["mlflow_run_id"]
+    assert find_training_run(out, "finetune-test") == run.info.run_id == summary["mlflow_run_id"]
     assert run.info.run_name == "tiny-timex-train" and run.info.status == "FINISHED"
     assert run.data.tags["kind"] == "training"
-    assert run.data.tags["weights_sha256"] == link["weights_sha256"] == weights_digest(out)
+    assert run.data.tags["weights_sha256"] == weights_digest(out)
     assert run.data.tags["checkpoint"] == str(out.resolve())
     params = run.data.params
     assert float(params["learning_rate"]) == pytest.approx(1e-3) and params["train_batch_size"] == "8"
     assert params["include_negatives"] == "False" and params["schedule.total_steps"] == "12"
-    assert params["data_version"].startswith("raw:") and params["data_version"] == link["data_version"]
+    assert params["data_version"].startswith("raw:") and params["data_version"] == run.data.tags["data_version"]
     history = client.get_metric_history(run.info.run_id, "eval_f1")
     assert sorted(m.step for m in history) == [4, 8, 12]  # every epoch (4 steps) evaluated
     assert len(client.get_metric_history(run.info.run_id, "loss")) >= 10  # per logging step
     assert {"eval_precision", "eval_recall", "train_time_s", "best_val_f1"} <= set(run.data.metrics)
     assert run.data.metrics["train_time_s"] == pytest.approx(summary["train_time_s"])
+    logged_file = client.download_artifacts(run.info.run_id, "training/training_summary.json", str(tmp_path))
+    logged = json.loads(Path(logged_file).read_text(encoding="utf-8"))
+    assert logged["train_time_s"] == pytest.approx(summary["train_time_s"])  # the timings live in MLflow
+    on_disk = json.loads((out / "training_summary.json").read_text(encoding="utf-8"))
+    assert "train_time_s" not in on_disk and "mlflow_run_id" not in on_disk
 
 
 @pytest.mark.slow

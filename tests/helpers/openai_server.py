@@ -11,6 +11,12 @@ It answers ``POST /v1/chat/completions`` (and ``/v1/completions``) with text cho
   thread scheduling, and it keeps counting across runs against one server (a rerun sees fresh
   draws).
 
+It can also behave like a small self-hosted server: ``slots=1`` serves one request at a time
+and either queues the others (``when_busy="queue"``, llama.cpp's Python server) or refuses
+them with 429 (``when_busy="429"``); ``refuse_formats=("json_schema",)`` answers a
+``response_format`` of that type with llama.cpp's ``HTTP 500 ... Input should be 'text' or
+'json_object'`` (``refused_formats`` counts them).
+
 It records every request body, ``Authorization`` header, status and arrival time, the highest
 number in flight, and per prompt the requests received (``requests``), complete correct
 answers sent (``answers``) and faults served (``served_faults`` by kind), so a test can prove
@@ -127,6 +133,10 @@ class OpenAIServer:
             real providers do.
         served_model: the ``model`` every answer names (None: the requested one).
         extra_fields: top-level fields added to every answer (``system_fingerprint``, ``provider``).
+        slots: requests served at once (None: no bound); ``most_served`` is the highest seen.
+        when_busy: with every slot taken, ``queue`` (wait for one) or ``429`` (refuse at once).
+        refuse_formats: ``response_format`` types refused with HTTP 500, as llama.cpp's server
+            refuses ``json_schema``.
     """
 
     def __init__(
@@ -142,7 +152,12 @@ class OpenAIServer:
         reject_auth: bool = False,
         served_model: str | None = None,
         extra_fields: dict | None = None,
+        slots: int | None = None,
+        when_busy: str = "queue",
+        refuse_formats: tuple[str, ...] = (),
     ) -> None:
+        if when_busy not in ("queue", "429"):
+            raise ValueError(f"when_busy must be queue or 429, got {when_busy!r}")
         unknown = set(kinds) - set(FAULT_KINDS)
         if unknown:
             raise ValueError(f"unknown fault kinds {sorted(unknown)}")
@@ -157,6 +172,13 @@ class OpenAIServer:
         self.reject_auth = reject_auth
         self.served_model = served_model
         self.extra_fields = dict(extra_fields or {})
+        self.when_busy = when_busy
+        self.refuse_formats = tuple(refuse_formats)
+        self.refused_formats: Counter[str] = Counter()  # response_format type -> refusals sent
+        self.busy_refusals = 0  # 429s sent because every slot was taken
+        self.most_served = 0  # highest number of requests served at once (slots taken)
+        self._serving = 0
+        self._slots = threading.BoundedSemaphore(slots) if slots else None
         self.faults: list[Fault] = []  # injected by marker
         self.bodies: list[dict] = []
         self.authorizations: list[str] = []
@@ -240,6 +262,9 @@ class OpenAIServer:
             self.statuses.clear()
             self.arrivals.clear()
             self.max_in_flight = 0
+            self.most_served = 0
+            self.busy_refusals = 0
+            self.refused_formats.clear()
 
     def start(self) -> OpenAIServer:
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
@@ -313,6 +338,23 @@ class OpenAIServer:
         rng = random.Random(f"{self.seed}|{prompt}|{attempt}")
         return rng.choice(self.kinds) if rng.random() < self.fault_rate else None
 
+    def _take_slot(self) -> bool:
+        """Take a serving slot (waiting or not, per ``when_busy``); False: refused as busy."""
+        if self._slots is not None and not self._slots.acquire(blocking=self.when_busy == "queue"):
+            with self._lock:
+                self.busy_refusals += 1
+            return False
+        with self._lock:
+            self._serving += 1
+            self.most_served = max(self.most_served, self._serving)
+        return True
+
+    def _free_slot(self) -> None:
+        with self._lock:
+            self._serving -= 1
+        if self._slots is not None:
+            self._slots.release()
+
     def _leave(self, status: int) -> None:
         with self._lock:
             self.in_flight -= 1
@@ -359,7 +401,20 @@ def _handler_for(server: OpenAIServer) -> type[BaseHTTPRequestHandler]:
             authorization = self.headers.get("Authorization", "")
             fault = server._admit(body, authorization)
             status = 200
+            slot = False
             try:
+                kind = (body.get("response_format") or {}).get("type")
+                if kind in server.refuse_formats:
+                    status = 500
+                    with server._lock:
+                        server.refused_formats[kind] += 1
+                    self._send(500, json.dumps({"error": {"message": _LLAMA_REFUSAL, "type": "internal_server_error"}}))
+                    return
+                slot = server._take_slot()
+                if not slot:
+                    status = 429
+                    self._send(429, '{"error": {"message": "server busy: no free slot"}}')
+                    return
                 if server.reject_auth:
                     status = 401
                     echo = f'{{"error": {{"message": "Invalid API key ...{authorization[-4:]}", "code": 401}}}}'
@@ -379,6 +434,8 @@ def _handler_for(server: OpenAIServer) -> type[BaseHTTPRequestHandler]:
                 status = 499  # the client gave up (timeout)
                 self.close_connection = True
             finally:
+                if slot:
+                    server._free_slot()
                 server._leave(status)
 
         def _serve_fault(self, kind: str, body: dict) -> int:
@@ -481,6 +538,14 @@ def _handler_for(server: OpenAIServer) -> type[BaseHTTPRequestHandler]:
                 self.close_connection = True
 
     return Handler
+
+
+# What llama_cpp.server (0.3) answers to ``response_format: {"type": "json_schema", ...}``.
+_LLAMA_REFUSAL = (
+    "[{'type': 'literal_error', 'loc': ('body', 'response_format', 'type'), "
+    "'msg': \"Input should be 'text' or 'json_object'\", 'input': 'json_schema', "
+    "'ctx': {'expected': \"'text' or 'json_object'\"}}]"
+)
 
 
 def _with_message(answer: dict, message: dict | None, finish_reason: str | None = None) -> str:

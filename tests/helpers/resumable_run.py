@@ -71,4 +71,8 @@ def final_metrics(workspace: Path) -> dict[str, float]:
     assert [r.info.status for r in runs].count("RUNNING") == 0, [r.info.status for r in runs]
     final = runs[-1]
     assert final.info.status == "FINISHED"
-    return {k: v for k, v in final.data.metrics.items() if not k.startswith(("wall_time", "timex.base.usage"))}
+    return {
+        k: v
+        for k, v in final.data.metrics.items()
+        if not k.startswith(("wall_time", "timex.base.usage", "concurrency_"))
+    }

@@ -146,7 +146,7 @@ def test_a_locked_store_is_named_before_any_request(workspace: Path):
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["model=nope"], "model: unknown 'nope'; choose one of llama3_8b, llama4_maverick, "),
+        (["model=nope"], "model: unknown 'nope'; choose one of gpt41, llama3_8b, llama4_maverick, "),
         (["strategy=Z"], "strategy: unknown 'Z'; choose one of A, A+D, A+D+I, A+I, D, D+I, I"),
         (["dimension=x"], "dimension: unknown 'x'; choose one of all, base, "),
         (["seed=1", "+condition=nope"], "condition: unknown 'nope'; choose one of "),
@@ -163,7 +163,7 @@ def test_a_multirun_sweep_is_checked_value_by_value():
     assert unknown_choice_error(["-m", "model=qwen25_7b,llama3_8b", "strategy=I,D+I,A+D+I"]) is None
     assert unknown_choice_error(["-m", "strategy=glob(*)", "model=choice(qwen25_7b,llama3_8b)"]) is None
     error = unknown_choice_error(["-m", "model=qwen25_7b,nope"])
-    assert error is not None and error.startswith("model: unknown 'nope'; choose one of llama3_8b")
+    assert error is not None and error.startswith("model: unknown 'nope'; choose one of gpt41, llama3_8b")
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,7 @@
 """Ctrl-C (SIGINT) or SIGTERM during a run: one line, exit 128 + signal, the run FAILED, and the
 same command resumes to exactly the uninterrupted result without re-sending a cached request.
+SIGTERM is stopped exactly as Ctrl-C (the same line, the same FAILED run); only its exit code is
+143, not 130, so a scheduler that terminated the run is told apart from a person's Ctrl-C.
 
 The signal is sent from inside the loopback server when it receives its k-th request, so the
 run is stopped with that request in flight: at the first answer, halfway, and at the last.
@@ -18,6 +20,7 @@ import mlflow
 import pytest
 
 from src.data.schema import write_records
+from src.pricing import read_ledger
 from tests.helpers.openai_server import FakeOpenAIServer, last_user_message
 from tests.helpers.paths import REPO_ROOT
 from tests.helpers.resumable_run import (
@@ -57,8 +60,9 @@ class SignallingServer(FakeOpenAIServer):
 def _run(workspace: Path, server: SignallingServer, signal_at: int | None) -> subprocess.CompletedProcess:
     server.signal_at = signal_at
     server.received = 0
+    ledger = [f"budget.ledger_file={workspace / 'spend.json'}", "budget.ledger=interrupts"]
     process = subprocess.Popen(
-        _command(workspace, server),
+        [*_command(workspace, server), *ledger],
         cwd=REPO_ROOT,
         env=_env(),
         stdout=subprocess.PIPE,
@@ -110,6 +114,10 @@ def test_a_signal_stops_the_run_in_one_line_and_the_same_command_resumes(
         assert (int(match[1]), int(match[2])) == (len(cached), len(WORDS))
         assert len(cached) <= signal_at
         assert _statuses(workspace) == ["FAILED"]
+        # the interrupted run's spend is in the sweep ledger: every answer that landed, at most what was sent
+        sent_before = server.received
+        (first,) = read_ledger(workspace / "spend.json")["ledgers"]["interrupts"]
+        assert len(cached) <= first["requests"] <= sent_before
 
         server.prompts.clear()
         done = _run(workspace, server, None)
@@ -117,5 +125,7 @@ def test_a_signal_stops_the_run_in_one_line_and_the_same_command_resumes(
         resent = cached & set(server.prompts)
         assert not resent, f"re-sent requests for cached answers: {sorted(resent)}"
         assert len(set(server.prompts)) == len(WORDS) - len(cached)
+        second = read_ledger(workspace / "spend.json")["ledgers"]["interrupts"][1]
+        assert second["requests"] == len(WORDS) - len(cached)
     assert _final_metrics(workspace) == pytest.approx(reference)
     assert _statuses(workspace) == ["FAILED", "FINISHED"]

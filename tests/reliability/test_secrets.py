@@ -170,13 +170,12 @@ URI_TOKEN = "uri-token-PLANTED-42"
 CREDENTIAL_URI = f"http://alice:{URI_TOKEN}@127.0.0.1:5999"
 
 
-def test_training_run_file_keeps_the_tracking_uri_without_its_credential(tmp_path, monkeypatch):
-    """``training_run.json`` is a DVC output (``dvc push`` uploads it): its tracking URI has no user-info."""
-    import json
-
+def test_a_tracked_training_writes_no_tracking_uri_into_its_checkpoint(tmp_path, monkeypatch):
+    """The checkpoint folder is a DVC output (``dvc push`` uploads it): logging a training adds no
+    file to it, so neither the tracking URI nor its credential can land there."""
     import mlflow
 
-    from src.finetune.mlflow_logging import RUN_FILE, log_training
+    from src.finetune.mlflow_logging import log_training
     from tests.helpers.finetune_data import train_config
 
     previous = mlflow.get_tracking_uri()
@@ -194,13 +193,12 @@ def test_training_run_file_keeps_the_tracking_uri_without_its_credential(tmp_pat
         "train_examples_per_s": 2.0,
         "val_metrics": {"f1": 0.5},
     }
-    with mlflow.start_run() as active:
+    with mlflow.start_run():
         monkeypatch.setattr(mlflow, "get_tracking_uri", lambda: CREDENTIAL_URI + "/")
-        log_training(active, summary, train_config(report_to="mlflow"), out, [], "secrets")
+        log_training(summary, train_config(report_to="mlflow"), out, [])
         monkeypatch.undo()
     mlflow.set_tracking_uri(previous)
-    link = json.loads((out / RUN_FILE).read_text())
-    assert link["tracking_uri"] == "http://127.0.0.1:5999/"
+    assert sorted(p.name for p in out.iterdir()) == ["model.safetensors"]
     assert files_containing(tmp_path, (URI_TOKEN,)) == []
 
 

@@ -54,6 +54,11 @@ def test_statistics_follow_the_artifacts(store):
     assert base.instance_groups() == [(INSTANCES, list(study.runs.index))]
     # adv_p drops an instance for every configuration alike: one instance set
     assert [n for n, _ in study.datasets["timex/adv_p"].instance_groups()] == [INSTANCES - 1]
+    # the predictions rows, per (config, task, dataset), in the order of the bootstrap ids
+    scored = {(c, *key.split("/")) for key, data in study.datasets.items() for c in data.configs}
+    assert set(study.instances) == scored and len(scored) > len(DATASETS)
+    rows = study.instances["large-I", "timex", "base"]
+    assert [row["id"] for row in rows] == base.ids["large-I"] and {"gold", "predictions", "served"} <= set(rows[0])
 
 
 def test_each_configuration_keeps_its_own_instances_and_stacks_on_request():

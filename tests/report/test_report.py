@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pandas as pd
@@ -321,3 +322,115 @@ def test_cli_errors_are_clear_and_exit_2(store, capsys):
     assert "no MLflow experiment named 'missing'" in capsys.readouterr().err
     assert main(["--experiment", EXPERIMENT, "--tracking-uri", uri, "--alpha", "0.7"]) == 2
     assert "--alpha must be in (0, 0.5)" in capsys.readouterr().err
+
+
+def test_the_report_opens_with_the_headline_in_order(report_dir):
+    report = (report_dir / "report.md").read_text()
+    lines = report.splitlines()
+    assert lines[2].startswith("**Profile** not recorded · **models** large, small, sparse, bert · **strategies** I, D")
+    assert "**instances** 20 per set, except timex/adv_p: 19" in lines[2]
+    assert lines[4] == (
+        "Provenance: 7 runs (ids in [Provenance](#provenance)), commit abc123, data version raw:test/datasets:test."
+    )
+    order = ["## Findings", "## F1 by configuration", "## Generalization gap", "## Methods", "## Results per dataset"]
+    assert [report.index(h) for h in order] == sorted(report.index(h) for h in order)
+    findings = report[report.index("## Findings") : report.index("## F1 by configuration")]
+    items = [line for line in findings.splitlines() if re.match(r"\d\. ", line)]
+    assert 1 <= len(items) <= 5 and all(re.search(r"\(\[table\]\(tables/\w+\.csv\)\)$", i) for i in items)
+    assert all((report_dir / re.search(r"\(tables/(\w+\.csv)\)", i).group(0)[1:-1]).exists() for i in items)
+    html = (report_dir / "report.html").read_text()
+    assert '<h2 id="provenance">Provenance</h2>' in html and 'table class="heatmap"' in html
+    assert "heatmap_f1.png" not in html  # the HTML shows the coloured table instead of the picture
+
+
+def test_the_heatmap_csv_and_its_hover_text_hold_the_mlflow_numbers(store, report_dir):
+    client = MlflowClient(store.uri)
+    cells = pd.read_csv(report_dir / "tables" / "heatmap_f1.csv")
+    assert len(cells) == 6 * 5 + 3  # six prompted configurations on five sets, the fine-tuned one on three
+    html = (report_dir / "report.html").read_text()
+    for row in cells.itertuples(index=False):
+        task, dataset = row.dataset.split("/")
+        metrics = client.get_run(store.ids[row.configuration]).data.metrics
+        assert row.f1 == metrics[f"{task}.{dataset}.f1"]
+        assert (row.f1_ci_low, row.f1_ci_high) == (
+            metrics[f"{task}.{dataset}.f1_ci_low"],
+            metrics[f"{task}.{dataset}.f1_ci_high"],
+        )
+        title = (
+            f"{row.configuration} on {row.dataset}: F1 {row.f1:.3f}, 95% CI [{row.f1_ci_low:.3f}, {row.f1_ci_high:.3f}]"
+        )
+        assert f'title="{title}"' in html
+    # by model, then the study's strategy order; fine-tuned last
+    configs = ["large-I", "large-D", "small-I", "small-D", "sparse-I", "sparse-D", "bert-finetuned"]
+    assert list(dict.fromkeys(cells["configuration"])) == configs
+    assert list(dict.fromkeys(cells["dataset"])) == [
+        "timex/base",
+        "timex/adv_p",
+        "timex/t2c",
+        "eventx/base",
+        "comp/base",
+    ]
+
+
+def test_the_gap_is_the_shifted_f1_minus_the_base_f1_with_corrected_marks(store, report_dir):
+    gaps = pd.read_csv(report_dir / "tables" / "generalization_gap.csv")
+    client = MlflowClient(store.uri)
+    assert set(gaps["dataset"]) == {"timex/adv_p", "timex/t2c", "comp/base"}
+    for row in gaps.itertuples(index=False):
+        metrics = client.get_run(store.ids[row.configuration]).data.metrics
+        shifted = metrics[f"{row.dataset.replace('/', '.')}.f1"]
+        base = metrics[f"{row.reference.replace('/', '.')}.f1"]
+        assert row.gap == pytest.approx(shifted - base)
+        assert row.p_holm >= row.p_value
+        assert row.mark == ("*" if row.p_holm < 0.05 else "°" if row.p_value < 0.05 else "") or (
+            isinstance(row.mark, float) and row.p_value >= 0.05
+        )
+    perfect = gaps[gaps["configuration"] == "large-I"]  # F1 1.0 everywhere: no gap, nothing significant
+    assert (perfect["gap"] == 0).all() and (perfect["p_value"] == 1).all()
+    worst = gaps[(gaps["configuration"] == "sparse-D") & (gaps["dataset"] == "comp/base")]
+    assert (worst["gap"] < -0.2).all() and (worst["p_holm"] < 0.05).all()
+    report = (report_dir / "report.md").read_text()
+    section = report[report.index("## Generalization gap") : report.index("## Methods")]
+    assert "| sparse-D | " in section and f"{worst['gap'].iloc[0]:+.3f}*" in section
+
+
+def test_cells_above_warn_rate_are_flagged_with_a_legend(tmp_path):
+    study = single_model_study(("I", "D", "A"))
+    scores = study.scores
+    scores["parse_failure_rate"] = 0.0
+    scores["served_model_mismatch_rate"] = 0.0
+    at = (scores["config"] == "solo-D") & (scores["dataset"] == "adv")
+    scores.loc[at, "parse_failure_rate"] = 0.125
+    scores.loc[(scores["config"] == "solo-I") & (scores["task"] == "comp"), "served_model_mismatch_rate"] = 0.05
+    written = write_outputs(run_analysis(study, resamples=50, seed=0), tmp_path)
+    report = written["report"].read_text()
+    assert (
+        "⚠ marks the 1 cell(s) where parse failures, truncated answers, empty answers, served-model mismatches "
+        "exceed warn_rate 5%" in report
+    )
+    assert "| solo-D | timex/adv | parse failures 12.5% |" in report  # exactly 5% is not above
+    html = written["html"].read_text()
+    assert html.count("⚠</td>") == 1 and "solo-D on timex/adv: F1" in html and "parse failures 12.5%" in html
+    cells = pd.read_csv(tmp_path / "tables" / "heatmap_f1.csv").fillna("")
+    assert cells[cells["flags"] != ""][["configuration", "dataset", "flags"]].values.tolist() == [
+        ["solo-D", "timex/adv", "parse failures 12.5%"]
+    ]
+
+
+def test_nothing_empty_is_drawn_and_empty_rows_are_counted(tmp_path):
+    from src.report.tables import compact_table
+
+    analysis = run_analysis(single_model_study(("I",)), resamples=50, seed=0)
+    written = write_outputs(analysis, tmp_path)
+    report = written["report"].read_text()
+    assert not list((tmp_path / "figures").glob("rq2_spearman*"))  # no blank correlation image
+    assert "No figure: no group has a rank correlation (reasons above)." in report
+    assert "No figure: no pair of configurations is significantly better on a base set." in report
+    findings = report[report.index("## Findings") : report.index("## F1 by")]
+    # one configuration: no pair to compare, only its own gaps are tested
+    assert [line[:20] for line in findings.splitlines() if line[:2] == "1."] == ["1. F1 drops from bas"]
+    assert "2. " not in findings
+    table = pd.DataFrame({"f1": [0.5, np.nan, np.nan], "pairs": [3, 0, np.nan]}, index=["a", "b", "c"])
+    assert compact_table(table).splitlines()[-1] == "2 rows with nothing to show (all values missing) left out."
+    assert "| a | 0.500 | 3 |" in compact_table(table) and "| b |" not in compact_table(table)
+    assert compact_table(table.iloc[1:]) == "Nothing to show: all 2 rows are empty."

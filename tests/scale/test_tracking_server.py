@@ -5,7 +5,9 @@ The test starts ``mlflow server --backend-store-uri sqlite:///<tmp>/db.sqlite
 runs the sweep with ``MLFLOW_TRACKING_URI=http://127.0.0.1:<port>``, and reads everything
 back over HTTP with ``MlflowClient``: 4 FINISHED runs, the predictions artifact of each
 (proxied through the server into the artifact folder), and the metrics of the same sweep
-logged to a plain SQLite file. The server is stopped at the end.
+logged to a plain SQLite file. Then a configuration's evidence folder (src/evidence.py) is
+restored into the server twice: one run with its artifacts in the server's folder, then nothing
+more, the sweep's runs untouched. The server is stopped at the end.
 """
 
 from __future__ import annotations
@@ -107,3 +109,35 @@ def test_joblib_sweep_logs_runs_and_artifacts_to_a_tracking_server(tracking_serv
     # the artifacts really went through the server into its destination folder
     stored = list((root / "artifacts").rglob("base.jsonl"))
     assert len(stored) == 4
+
+    # a pulled study's evidence restored into the team server: once, artifacts proxied, nothing else touched
+    from src.evidence import SOURCE_RUN_TAG, restore_runs
+    from src.scoring.runner import DatasetPlan, RunRecord, ScoringOptions, evaluate_configuration
+    from tests.test_evidence import RECORDS, EchoSystem
+
+    (root / "plan.jsonl").write_text("{}\n")
+    MlflowClient(reference_uri).create_experiment("pulled", (root / "pulled-artifacts").as_uri())
+    record = RunRecord("echo-I", "prompted", "echo", "I", {"seed": 1})
+    plans = [DatasetPlan("timex", "base", root / "plan.jsonl", RECORDS)]
+    outcome = evaluate_configuration(
+        record,
+        plans,
+        EchoSystem(),
+        ScoringOptions(20, 1),
+        "pulled",
+        reference_uri,
+        evidence=root / "evidence/runs/echo-I",
+    )
+    created, skipped = restore_runs(root / "evidence", uri=url)
+    assert len(created) == 1 and skipped == []
+    assert restore_runs(root / "evidence", uri=url) == ([], [outcome.run_id])
+    restored = client.get_run(created[0])
+    assert restored.data.tags[SOURCE_RUN_TAG] == outcome.run_id and restored.info.status == "FINISHED"
+    assert restored.data.metrics["timex.base.f1"] == outcome.metrics()["timex.base.f1"]
+    listed = {
+        a.path for folder in ("predictions/timex", "bootstrap/timex") for a in client.list_artifacts(created[0], folder)
+    }
+    assert listed == {"predictions/timex/base.jsonl", "bootstrap/timex/base.json"}
+    assert len(list((root / "artifacts").rglob("base.jsonl"))) == 5  # through the server into its folder
+    after = harness.finished_runs(url)
+    assert {name: run["run_id"] for name, run in after.items()} == {name: run["run_id"] for name, run in runs.items()}

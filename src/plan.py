@@ -1,0 +1,222 @@
+"""Plan and price runs before spending: ``python -m src.plan <the overrides of src.run>``.
+
+Per configuration and in total: requests, identical prompts (sent once), answers already
+cached, requests left to send, their prompt tokens (the model's tokenizer where it is on this
+machine, else an estimate the output names), the output-token ceiling (every answer at its
+``max_tokens``) and the price from the model file's ``price`` block. Nothing is sent, no model
+is loaded (a llama.cpp model's vocabulary at most) and no MLflow run is opened.
+
+``model=a,b strategy=I,D`` plans every combination, as a Hydra multirun would run them;
+``--sweep sweep.yaml`` plans every configuration the pipeline's ``run@`` stages run, with the
+overrides those stages pass. The budget (``budget.*``, as a run checks it) is shown against the
+total. ``--json PATH`` writes the whole plan, the same object each run logs as ``plan.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import itertools
+import json
+import re
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+DVC_FILE = Path(__file__).resolve().parents[1] / "dvc.yaml"
+#: Overrides of the run stage that only name where a run writes (nothing the plan counts).
+OUTPUT_OVERRIDES = ("summary", "evidence")
+TOTAL_KEYS = ("requests", "duplicates", "cached", "to_send", "prompt_tokens", "output_token_ceiling")
+
+
+def expand(overrides: Sequence[str]) -> list[list[str]]:
+    """Every combination of the sweep overrides (``model=a,b``), in Hydra's multirun order."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    choices = []
+    for override in OverridesParser.create().parse_overrides(list(overrides)):
+        if override.is_sweep_override():
+            key = override.get_key_element()
+            choices.append([f"{key}={value}" for value in override.sweep_string_iterator()])
+        else:
+            choices.append([override.input_line])
+    return [list(combination) for combination in itertools.product(*choices)]
+
+
+def dvc_value(value: Any) -> str:
+    """A sweep value as DVC writes it into the stage command (null is ``None``)."""
+    return str(value)
+
+
+def sweep_configurations(path: Path, extra: Sequence[str], dvc_file: Path = DVC_FILE) -> list[list[str]]:
+    """The overrides of every ``run@`` stage of the sweep profile at ``path`` (plus ``extra``): the
+    ``run`` stage's own command with ``${item.*}`` and ``${sweep.*}`` filled in as DVC does, less
+    the overrides that only name where a run writes (:data:`OUTPUT_OVERRIDES`)."""
+    import yaml
+
+    try:
+        profile = yaml.safe_load(path.read_text(encoding="utf-8"))["sweep"]
+        stage = yaml.safe_load(dvc_file.read_text(encoding="utf-8"))["stages"]["run"]
+        matrix, command = stage["matrix"], stage["cmd"]
+        axes = {
+            name: list(profile[str(values).removeprefix("${sweep.").removesuffix("}")])
+            for name, values in matrix.items()
+        }
+    except (OSError, yaml.YAMLError, KeyError, TypeError, AttributeError) as error:
+        raise ValueError(f"--sweep {path}: not a sweep profile ({type(error).__name__}: {error})") from None
+    configurations = []
+    for combination in itertools.product(*axes.values()):
+        values = {**{f"sweep.{key}": value for key, value in profile.items()}, **dict(zip(axes, combination))}
+        words = re.sub(r"\$\{((?:item|sweep)\.\w+)\}", functools.partial(_filled, values, path), command).split()
+        if words[:3] != ["python", "-m", "src.run"]:
+            raise ValueError(f"{dvc_file}: the run stage's command is not `python -m src.run ...`")
+        configurations.append([w for w in words[3:] if w.split("=", 1)[0] not in OUTPUT_OVERRIDES] + list(extra))
+    return configurations
+
+
+def _filled(values: dict[str, Any], path: Path, match: re.Match) -> str:
+    """``${item.model}`` or ``${sweep.limit}`` as DVC would write it."""
+    name = match[1]
+    key = name.removeprefix("item.")
+    if key not in values:
+        raise ValueError(f"--sweep {path}: the run stage reads {name}, which the profile lacks")
+    return dvc_value(values[key])
+
+
+def plan_one(overrides: Sequence[str]) -> tuple[dict[str, Any], Any]:
+    """(plan, composed config) of one configuration; ValueError names what cannot run."""
+    from src.cache_run import compose_config, offline_system
+    from src.pricing import budget_from_config
+    from src.run import plan_of
+
+    cfg = compose_config(overrides)
+    budget_from_config(cfg)  # a bad budget value is an error before anything is counted
+    system, plans = offline_system(cfg)
+    plan = plan_of(cfg, system, plans)
+    plan["overrides"] = list(overrides)
+    return plan, cfg
+
+
+def money(value: float | None) -> str:
+    from src.pricing import usd
+
+    return "price unknown" if value is None else usd(value)
+
+
+def describe(plan: dict[str, Any]) -> str:
+    """One configuration (or the total) on one line."""
+    price = plan.get("price")
+    if plan.get("configuration") == "total":
+        priced = ""
+    elif price is None:
+        priced = "; no price block in the model file"
+    else:
+        read = f"read {price['read']}" if price.get("read") else "no date"
+        priced = (
+            f"; ${price['input_per_mtok']:g} in / ${price['output_per_mtok']:g} out per Mtok"
+            f" ({read}, {price.get('source') or 'no source'})"
+        )
+    return (
+        f"{plan['configuration']}: {plan['requests']:,} requests, {plan['duplicates']:,} identical prompts, "
+        f"{plan['cached']:,} cached, {plan['to_send']:,} to send; prompt tokens {plan['prompt_tokens']:,} "
+        f"by {plan['prompt_tokens_counted_by']}; output ceiling {plan['output_token_ceiling']:,} tokens; "
+        f"cost at most {money(plan['ceiling_cost_usd'])} (prompts {money(plan['prompt_cost_usd'])}, "
+        f"output ceiling {money(plan['output_ceiling_cost_usd'])}){priced}"
+    )
+
+
+def total_of(plans: list[dict[str, Any]]) -> dict[str, Any]:
+    total: dict[str, Any] = {"configuration": "total", **{key: sum(p[key] for p in plans) for key in TOTAL_KEYS}}
+    methods = {p["prompt_tokens_counted_by"] for p in plans if p["to_send"]}
+    total["prompt_tokens_counted_by"] = (
+        methods.pop() if len(methods) == 1 else ("tokenizer and estimate" if methods else "none to send")
+    )
+    for key in ("prompt_cost_usd", "output_ceiling_cost_usd", "ceiling_cost_usd"):
+        values = [p[key] for p in plans if p["to_send"]]
+        total[key] = None if any(v is None for v in values) else float(sum(values))
+    return total
+
+
+def budget_line(cfg: Any, total: dict[str, Any]) -> str | None:
+    """The budget of the (first) configuration against the total, as the runs will check it."""
+    from src.pricing import budget_from_config, spent
+
+    budget = budget_from_config(cfg)
+    if budget.max_cost_usd is None and budget.max_requests is None:
+        return None
+    already = spent(budget)
+    parts = []
+    if budget.max_requests is not None:
+        verdict = "fits" if already["requests"] + total["to_send"] <= budget.max_requests else "EXCEEDS"
+        parts.append(
+            f"{total['to_send']:,} requests + {already['requests']:,} sent before {verdict} "
+            f"budget.max_requests={budget.max_requests}"
+        )
+    if budget.max_cost_usd is not None:
+        ceiling = total["ceiling_cost_usd"]
+        verdict = (
+            "unknown"
+            if ceiling is None
+            else "fits"
+            if already["cost_usd"] + ceiling <= budget.max_cost_usd
+            else "EXCEEDS"
+        )
+        parts.append(
+            f"{money(ceiling)} + {money(already['cost_usd'])} spent before {verdict} "
+            f"budget.max_cost_usd={budget.max_cost_usd:g}"
+        )
+    ledger = f" (ledger {budget.ledger!r}, {already['runs']} runs)" if budget.ledger else ""
+    return "budget" + ledger + ": " + "; ".join(parts) + " (each run stops before its first request past a cap)"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m src.plan", description=__doc__.split("\n\n")[0])
+    parser.add_argument("overrides", nargs="*", help="the overrides of python -m src.run (model=a,b plans each)")
+    parser.add_argument("--sweep", type=Path, help="plan every run@ stage of this sweep profile (e.g. sweep.yaml)")
+    parser.add_argument("--json", type=Path, help="also write the plan as JSON here")
+    parser.add_argument("-m", "--multirun", action="store_true", help="accepted for symmetry with src.run")
+    args = parser.parse_args(argv)
+    import logging
+
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    from src.run_checks import unknown_choice_error
+
+    problem = unknown_choice_error(args.overrides)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
+    try:
+        if args.sweep is not None:
+            configurations = sweep_configurations(args.sweep, args.overrides)
+        else:
+            configurations = expand(args.overrides)
+    except Exception as error:  # noqa: BLE001 - Hydra's parser raises its own types
+        print(f"error: {str(error).splitlines()[0] if str(error) else type(error).__name__}", file=sys.stderr)
+        return 2
+    plans, first_cfg = [], None
+    for overrides in configurations:
+        try:
+            plan, cfg = plan_one(overrides)
+        except ValueError as error:
+            print(f"error: {' '.join(overrides)}: {' '.join(str(error).split())}", file=sys.stderr)
+            return 2
+        first_cfg = first_cfg if first_cfg is not None else cfg
+        plans.append(plan)
+        print(describe(plan))
+    total = total_of(plans)
+    print(describe(total))
+    try:
+        line = budget_line(first_cfg, total)
+    except ValueError as error:
+        print(f"error: {' '.join(str(error).split())}", file=sys.stderr)
+        return 2
+    if line:
+        print(line)
+    if args.json is not None:
+        args.json.write_text(json.dumps({"configurations": plans, "total": total}, indent=1) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,154 @@
+"""Up to five headline findings, one sentence each, every one backed by the tests behind its table.
+
+A finding is stated only where its test exists (pairs tested, a gap cell bootstrapped): a study
+without tests gets fewer findings, never a sentence about nothing. Each names the test and the
+correction and links to the table holding its numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+
+from src.report.figures import CORRECTION_NAMES
+from src.study import strategy_groups
+
+if TYPE_CHECKING:
+    from src.report.analysis import Analysis
+
+MAX_FINDINGS = 5
+TEST = "paired bootstrap"
+
+
+@dataclass(frozen=True)
+class Finding:
+    text: str
+    table: str  # the table's path relative to the report
+
+
+def _method(analysis: Analysis, test: str = TEST) -> str:
+    return f"{test}, {CORRECTION_NAMES.get(analysis.correction, analysis.correction)}"
+
+
+def best_configuration(analysis: Analysis) -> Finding | None:
+    """The configuration with the highest F1 on most sets, and on how many it beats every other one."""
+    outcomes = analysis.prompted.outcomes.get(analysis.correction, {})
+    f1 = analysis.f1
+    keys = [k for k in outcomes if k in f1.columns and f1[k].notna().sum() >= 2]
+    if not keys:
+        return None
+    tops = {key: f1[key].idxmax() for key in keys}
+    counts = pd.Series(list(tops.values())).value_counts()
+    best = counts.index[0]
+    wins = 0
+    for key in keys:
+        table = outcomes[key]
+        if best in table.index:
+            others = [c for c in table.columns if c != best and table.loc[best, c] != "untested"]
+            wins += bool(others) and all(table.loc[best, c] == "better" for c in others)
+    return Finding(
+        f"{best} has the highest F1 on {int(counts.iloc[0])} of {len(keys)} sets and is significantly better than "
+        f"every other prompted configuration on {wins} of them ({_method(analysis)}).",
+        "tables/heatmap_f1.csv",
+    )
+
+
+def inductive_vs_not(analysis: Analysis) -> Finding | None:
+    """Inductive(+) against non-inductive strategies of the same model, over every set."""
+    groups = strategy_groups()
+    runs = analysis.results.runs
+    outcomes = analysis.prompted.outcomes.get(analysis.correction, {})
+    prompted = runs.loc[[c for c in analysis.groups["all"] if c in runs.index]]
+    better = worse = 0
+    sets_won = sets = 0
+    for table in outcomes.values():
+        b = w = 0
+        for _, members in prompted.groupby("model"):
+            inductive = [c for c in members.index if members.loc[c, "strategy"] in groups["inductive+"]]
+            other = [c for c in members.index if members.loc[c, "strategy"] in groups["non-inductive"]]
+            for i in (c for c in inductive if c in table.index):
+                for j in (c for c in other if c in table.columns):
+                    b += table.loc[i, j] == "better"
+                    w += table.loc[i, j] == "worse"
+        if b or w:
+            sets += 1
+            sets_won += b > w
+        better, worse = better + b, worse + w
+    if not sets:
+        return None
+    verb = "beat" if sets_won * 2 >= sets else "do not beat"
+    return Finding(
+        f"Inductive strategies {verb} non-inductive ones of the same model on {sets_won} of {sets} sets with a "
+        f"significant difference ({int(better)} significant wins, {int(worse)} losses; {_method(analysis)}).",
+        "tables/rq3_strategy_pairs.csv",
+    )
+
+
+def carry_over(analysis: Analysis) -> Finding | None:
+    """RQ1 pooled: of the pairs better on base, the share still better on the shifted sets."""
+    table = analysis.rq1
+    if table.empty:
+        return None
+    rows = table[(table["group"] == "all") & (table["target"] == "all") & (table["correction"] == analysis.correction)]
+    if rows.empty or rows.iloc[0]["pairs"] == 0:
+        return None
+    row = rows.iloc[0]
+    return Finding(
+        f"Of {int(row['pairs'])} (pair, shifted set) cases significantly better on base, {100 * row['better']:.0f}% "
+        f"stay significantly better on the shifted set and {100 * row['worse']:.0f}% turn worse ({_method(analysis)}).",
+        "tables/rq1_transfer.csv",
+    )
+
+
+def gap_finding(analysis: Analysis, gaps: pd.DataFrame) -> Finding | None:
+    """How often F1 drops from base to a shifted set, how often significantly, and the worst dimension."""
+    if gaps.empty:
+        return None
+    column = f"p_{analysis.correction}"
+    drops = gaps[gaps["gap"] < 0]
+    significant = int(((gaps["gap"] < 0) & (gaps[column] < analysis.alpha)).sum())
+    by_dimension = gaps.groupby("dimension")["gap"].mean()
+    worst = by_dimension.idxmin()
+    return Finding(
+        f"F1 drops from base to the shifted set in {len(drops)} of {len(gaps)} (configuration, set) cells, "
+        f"significantly in {significant}; the largest mean change is on {worst} ({by_dimension[worst]:+.3f}) "
+        f"(bootstrap of the gap, {CORRECTION_NAMES.get(analysis.correction, analysis.correction)}).",
+        "tables/generalization_gap.csv",
+    )
+
+
+def strongest_pair(analysis: Analysis) -> Finding | None:
+    """The strategy pair with the most one-sided significant outcomes over (model, dataset) cells."""
+    pairs = analysis.strategy_pairs
+    if pairs.empty:
+        return None
+    rows = pairs[(pairs["dimension"] == "all") & (pairs["correction"] == analysis.correction)]
+    rows = rows[(rows["n_better"] + rows["n_worse"]) > 0]
+    if rows.empty:
+        return None
+    margin = (rows["n_better"] - rows["n_worse"]).abs().to_numpy()
+    row = rows.iloc[int(np.argmax(margin))]
+    a, b = (row["strategy_a"], row["strategy_b"])
+    wins, losses = int(row["n_better"]), int(row["n_worse"])
+    if losses > wins:
+        a, b, wins, losses = b, a, losses, wins
+    return Finding(
+        f"Strategy {a} beats {b} in {wins} of {int(row['pairs'])} (model, dataset) cells and loses in {losses} "
+        f"({_method(analysis)}).",
+        "tables/rq3_strategy_pairs.csv",
+    )
+
+
+def findings(analysis: Analysis, gaps: pd.DataFrame) -> list[Finding]:
+    """The findings the tests support, in a fixed order, at most :data:`MAX_FINDINGS`."""
+    found = [
+        best_configuration(analysis),
+        inductive_vs_not(analysis),
+        carry_over(analysis),
+        gap_finding(analysis, gaps),
+        strongest_pair(analysis),
+    ]
+    return [f for f in found if f is not None][:MAX_FINDINGS]

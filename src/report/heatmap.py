@@ -1,0 +1,279 @@
+"""The report's headline numbers: F1 by configuration x dataset, answer-quality flags, generalization gaps.
+
+* :func:`f1_grid`: F1 and its bootstrap interval, rows grouped by model then strategy (the
+  runs' order), columns by task then dimension (base first);
+* :func:`quality_flags`: cells where parse failures, truncated answers, empty answers or
+  served-model mismatches exceed ``warn_rate`` (the run-side rule of :mod:`src.verdict`);
+* :func:`generalization_gap`: shifted-set F1 minus base F1 per configuration, each with a
+  bootstrap test (paired when both sets hold the same instance ids, two-sample otherwise)
+  and the analysis's multiple-comparison correction over all gap cells;
+* the heatmap as a coloured HTML table (for report.html) and a CSV; its PNG is
+  :func:`src.report.figures.draw_heatmap`.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+
+from src.report import rq
+from src.scoring.stats import bootstrap_f1, observed_f1, p_better, resample_counts, two_sided
+from src.study import TASK_ORDER
+from src.verdict import WATCHED
+
+if TYPE_CHECKING:
+    from src.report.analysis import Analysis
+
+#: The end-of-run verdict's default threshold (conf/config.yaml ``warn_rate``).
+DEFAULT_WARN_RATE = 0.05
+FLAG = "\u26a0"  # ⚠
+SIGNIFICANT, RAW_ONLY = "*", "\u00b0"  # corrected p < alpha; raw p < alpha only
+CMAP = "RdYlGn"
+
+
+def warn_rate(config: Path | None = None) -> float:
+    """``warn_rate`` of conf/config.yaml (the run's verdict threshold), :data:`DEFAULT_WARN_RATE` without one."""
+    import yaml
+
+    path = config or Path(__file__).resolve().parents[2] / "conf" / "config.yaml"
+    try:
+        value = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("warn_rate", DEFAULT_WARN_RATE)
+        value = float(value)
+    except (OSError, TypeError, ValueError, yaml.YAMLError):
+        return DEFAULT_WARN_RATE
+    return value if 0 <= value <= 1 else DEFAULT_WARN_RATE
+
+
+@dataclass
+class Grid:
+    """F1 with its interval: configurations x ``task/dataset`` (NaN where not scored)."""
+
+    f1: pd.DataFrame
+    low: pd.DataFrame
+    high: pd.DataFrame
+    dimension: dict[str, str]  # task/dataset -> "base" or its dimension
+
+    @property
+    def empty(self) -> bool:
+        return self.f1.empty or bool(self.f1.isna().all().all())
+
+
+def column_order(keys, dimensions: Mapping[str, list[str]]) -> list[tuple[str, str]]:
+    """(key, dimension) by task (study order), base first, then the dimensions' order."""
+    of = {key: dim for dim, members in dimensions.items() for key in members}
+    dims = list(dimensions)
+    study_order = rq.ordered_keys(keys)
+
+    def rank(key: str) -> tuple:
+        task, dataset = key.split("/", 1)
+        dim = "base" if dataset == "base" and key not in of else of.get(key, "other")
+        return (
+            TASK_ORDER.index(task) if task in TASK_ORDER else len(TASK_ORDER),
+            task,
+            -1 if dim == "base" else (dims.index(dim) if dim in dims else len(dims)),
+            study_order.index(key),
+        )
+
+    ordered = sorted(set(keys), key=rank)
+    return [(k, "base" if k.endswith("/base") and k not in of else of.get(k, "other")) for k in ordered]
+
+
+def f1_grid(analysis: Analysis) -> Grid:
+    """Every configuration (prompted, then fine-tuned) x every scored dataset."""
+    scores = analysis.results.scores
+    configs = list(analysis.results.runs.index)
+    f1 = rq.score_table(scores, configs, "f1")
+    if f1.empty or not len(f1.columns):
+        empty = pd.DataFrame(index=configs)
+        return Grid(empty, empty, empty, {})
+    columns = column_order(f1.columns, analysis.dimensions)
+    keys = [k for k, _ in columns]
+    f1 = f1.reindex(columns=keys)
+    f1 = f1.loc[~f1.isna().all(axis=1)]
+
+    def aligned(metric: str) -> pd.DataFrame:
+        table = rq.score_table(scores, configs, metric)
+        return table.reindex(index=f1.index, columns=keys) if not table.empty else f1 * np.nan
+
+    return Grid(f1, aligned("f1_ci_low"), aligned("f1_ci_high"), dict(columns))
+
+
+def quality_flags(scores: pd.DataFrame, warn_rate: float) -> dict[tuple[str, str], list[str]]:
+    """(configuration, task/dataset) -> what exceeds ``warn_rate`` there, e.g. ``["parse failures 12.5%"]``."""
+    flags: dict[tuple[str, str], list[str]] = {}
+    for row in scores.to_dict("records"):
+        over = [
+            f"{label} {row[metric]:.1%}"
+            for metric, label in WATCHED
+            if isinstance(row.get(metric), (int, float)) and not np.isnan(row[metric]) and row[metric] > warn_rate
+        ]
+        if over:
+            flags[row["config"], f"{row['task']}/{row['dataset']}"] = over
+    return flags
+
+
+def heatmap_long(grid: Grid, flags: Mapping[tuple[str, str], list[str]], runs: pd.DataFrame) -> pd.DataFrame:
+    """The heatmap as rows (the CSV beside it): configuration, model, strategy, dataset, dimension, F1, CI, flags."""
+    rows = []
+    for config in grid.f1.index:
+        for key in grid.f1.columns:
+            value = grid.f1.loc[config, key]
+            if pd.isna(value):
+                continue
+            rows.append(
+                {
+                    "configuration": config,
+                    "model": runs.loc[config, "model"] if config in runs.index else None,
+                    "strategy": runs.loc[config, "strategy"] if config in runs.index else None,
+                    "dataset": key,
+                    "dimension": grid.dimension.get(key),
+                    "f1": value,
+                    "f1_ci_low": grid.low.loc[config, key],
+                    "f1_ci_high": grid.high.loc[config, key],
+                    "flags": "; ".join(flags.get((config, key), [])),
+                }
+            )
+    columns = ["configuration", "model", "strategy", "dataset", "dimension", "f1", "f1_ci_low", "f1_ci_high", "flags"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def _rgb(value: float) -> tuple[str, str]:
+    """Background and text colour of an F1 in [0, 1]."""
+    import matplotlib
+
+    r, g, b, _ = matplotlib.colormaps[CMAP](float(np.clip(value, 0, 1)))
+    text = "#000" if 0.299 * r + 0.587 * g + 0.114 * b > 0.5 else "#fff"
+    return f"#{round(r * 255):02x}{round(g * 255):02x}{round(b * 255):02x}", text
+
+
+def heatmap_html(grid: Grid, flags: Mapping[tuple[str, str], list[str]], link: Callable[[str, str], str | None]) -> str:
+    """A coloured table: a header row of dimensions over one of datasets; the interval on hover;
+    each cell a link (``link(config, key)``, None for none)."""
+    keys = list(grid.f1.columns)
+    spans: list[tuple[str, int]] = []
+    for key in keys:
+        label = f"{key.split('/', 1)[0]} \u00b7 {grid.dimension.get(key, '')}"
+        spans = spans[:-1] + [(label, spans[-1][1] + 1)] if spans and spans[-1][0] == label else spans + [(label, 1)]
+    head = "".join(f'<th colspan="{n}">{html.escape(label)}</th>' for label, n in spans)
+    cols = "".join(f"<th>{html.escape(key.split('/', 1)[1])}</th>" for key in keys)
+    body = []
+    for config in grid.f1.index:
+        cells = []
+        for key in keys:
+            value = grid.f1.loc[config, key]
+            if pd.isna(value):
+                cells.append('<td class="na" title="not scored">\u2013</td>')
+                continue
+            low, high = grid.low.loc[config, key], grid.high.loc[config, key]
+            title = f"{config} on {key}: F1 {value:.3f}"
+            if not (pd.isna(low) or pd.isna(high)):
+                title += f", 95% CI [{low:.3f}, {high:.3f}]"
+            flagged = flags.get((config, key))
+            if flagged:
+                title += "; " + ", ".join(flagged)
+            text = f"{value:.2f}" + (FLAG if flagged else "")
+            target = link(config, key)
+            if target:
+                text = f'<a href="{html.escape(target)}">{text}</a>'
+            bg, fg = _rgb(value)
+            cells.append(f'<td style="background:{bg};color:{fg}" title="{html.escape(title)}">{text}</td>')
+        body.append(f"<tr><th>{html.escape(str(config))}</th>{''.join(cells)}</tr>")
+    return (
+        '<table class="heatmap" id="heatmap"><thead><tr><th rowspan="2">configuration</th>'
+        f"{head}</tr><tr>{cols}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+    )
+
+
+def generalization_gap(analysis: Analysis) -> pd.DataFrame:
+    """Per configuration and shifted set: F1 (shifted) - F1 (its base), p-values and significance.
+
+    The F1 values are the logged ones; the test resamples the per-instance statistics of both
+    sets (one count matrix when both hold the same ids: paired; else independently), two-sided,
+    then the analysis's correction over every gap cell.
+    """
+    datasets = analysis.results.datasets
+    of = {key: dim for dim, members in analysis.dimensions.items() for key in members}
+    logged = rq.score_table(analysis.results.scores, list(analysis.results.runs.index))
+    rows = []
+    for reference, target in rq.reference_links(list(datasets)):
+        ref, tgt = datasets[reference], datasets[target]
+        for config in [c for c in tgt.configs if c in ref.configs]:
+            f1_ref = logged.loc[config, reference] if reference in logged.columns else np.nan
+            f1_tgt = logged.loc[config, target] if target in logged.columns else np.nan
+            ids_ref, ids_tgt = ref.ids[config], tgt.ids[config]
+            generator = rq.dataset_seed(analysis.seed, f"{reference}>{target}", [config])
+            if set(ids_ref) == set(ids_tgt):
+                counts = resample_counts(len(ids_tgt), analysis.resamples, generator)
+                a, b = ref.stacked([config], ids_tgt)[0], tgt.stacked([config], ids_tgt)[0]
+                samples_ref, samples_tgt, paired = bootstrap_f1(a, counts), bootstrap_f1(b, counts), True
+            else:
+                a, b = ref.stats[config], tgt.stats[config]
+                samples_ref = bootstrap_f1(a, resample_counts(len(a), analysis.resamples, generator))
+                samples_tgt = bootstrap_f1(b, resample_counts(len(b), analysis.resamples, generator))
+                paired = False
+            if pd.isna(f1_ref):
+                f1_ref = float(observed_f1(a))
+            if pd.isna(f1_tgt):
+                f1_tgt = float(observed_f1(b))
+            rows.append(
+                {
+                    "configuration": config,
+                    "dimension": of.get(target, "other"),
+                    "dataset": target,
+                    "reference": reference,
+                    "f1_reference": f1_ref,
+                    "f1_shifted": f1_tgt,
+                    "gap": f1_tgt - f1_ref,
+                    "paired": paired,
+                    "p_value": float(two_sided(p_better(samples_tgt - samples_ref))),
+                }
+            )
+    columns = [
+        "configuration",
+        "dimension",
+        "dataset",
+        "reference",
+        "f1_reference",
+        "f1_shifted",
+        "gap",
+        "paired",
+        "p_value",
+        f"p_{analysis.correction}",
+        "mark",
+    ]
+    if not rows:
+        return pd.DataFrame(columns=columns)
+    table = pd.DataFrame(rows)
+    table[f"p_{analysis.correction}"] = rq.CORRECTIONS[analysis.correction](table["p_value"].to_numpy())
+    alpha = analysis.alpha
+    table["mark"] = [
+        SIGNIFICANT if adj < alpha else RAW_ONLY if raw < alpha else ""
+        for raw, adj in zip(table["p_value"], table[f"p_{analysis.correction}"])
+    ]
+    return table[columns]
+
+
+def gap_matrix(gaps: pd.DataFrame) -> pd.DataFrame:
+    """Configurations x ``dimension: reference -> dataset`` cells ``-0.123*`` (the report's display)."""
+    if gaps.empty:
+        return pd.DataFrame()
+    labels = [
+        f"{d}: {t}" if r.endswith("/base") and r.split("/")[0] == t.split("/")[0] else f"{d}: {t} vs {r}"
+        for d, t, r in zip(gaps["dimension"], gaps["dataset"], gaps["reference"])
+    ]
+    cells = [f"{g:+.3f}{m}" for g, m in zip(gaps["gap"], gaps["mark"])]
+    frame = pd.DataFrame({"configuration": gaps["configuration"], "column": labels, "cell": cells})
+    order_rows = list(dict.fromkeys(gaps["configuration"]))
+    dims = list(dict.fromkeys(gaps["dimension"]))
+    order_cols = sorted(dict.fromkeys(labels), key=lambda label: (dims.index(label.split(":")[0]), label))
+    table = frame.pivot(index="configuration", columns="column", values="cell").reindex(
+        index=order_rows, columns=order_cols
+    )
+    table.columns.name = None
+    return table.fillna("\u2013")

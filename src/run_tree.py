@@ -1,0 +1,89 @@
+"""Where a run sits in the MLflow UI: the study's tags and one parent run per sweep profile.
+
+DVC runs each configuration in its own process, so there is no single pipeline process to hold
+a parent run open. Instead every run of a profile (prompted, fine-tuned evaluation, analysis)
+names the same parent, a run called ``profile <name>`` created on first use, through MLflow's
+``mlflow.parentRunId`` tag: the UI then shows the profile's runs nested under it. Training runs
+(``kind=training``) stay outside the tree; the ``kind`` tag filters them in or out.
+
+The tags (model, family, architecture, strategy, components, profile) are what the UI's
+group-by and chart views use.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from src import study
+
+PARENT_TAG = "mlflow.parentRunId"
+PROFILE_TAG = "profile"
+PARENT_KIND = "profile"
+
+
+def study_tags(model: str, strategy: str, params: dict[str, Any], profile: str | None) -> dict[str, str]:
+    """Tags for grouping: the model's family and architecture, the strategy's reasoning components
+    (``abductive+deductive``; ``finetuned`` for a token classifier) and the profile."""
+    tags = {"model": model, "strategy": strategy}
+    for key in ("family", "architecture"):
+        if params.get(key) is not None:
+            tags[key] = str(params[key])
+    if strategy == study.FINETUNED:
+        tags["components"] = study.FINETUNED
+    else:
+        try:
+            parts = study.strategy_parts(strategy)
+        except ValueError:
+            parts = {}
+        tags["components"] = "+".join(name for name, used in parts.items() if used) or strategy
+    if profile:
+        tags[PROFILE_TAG] = profile
+    return tags
+
+
+def profile_parent(client, experiment_id: str, profile: str) -> str:
+    """The id of the profile's parent run in the experiment, created (FINISHED, empty) on first use."""
+    found = client.search_runs(
+        [experiment_id],
+        filter_string=f"tags.kind = '{PARENT_KIND}' and tags.{PROFILE_TAG} = '{profile}'",
+        order_by=["attributes.start_time ASC"],
+        max_results=1,
+    )
+    if found:
+        return found[0].info.run_id
+    parent = client.create_run(
+        experiment_id, run_name=f"profile {profile}", tags={"kind": PARENT_KIND, PROFILE_TAG: profile}
+    )
+    client.set_terminated(parent.info.run_id, "FINISHED")
+    return parent.info.run_id
+
+
+def parent_tags(client, experiment_id: str, profile: str | None) -> dict[str, str]:
+    """``{mlflow.parentRunId: ...}`` nesting a run under its profile's parent; none for a hand run."""
+    if not profile:
+        return {}
+    return {PARENT_TAG: profile_parent(client, experiment_id, profile)}
+
+
+def log_analysis_run(experiment: str, uri: str, profile: str, out, params: dict[str, Any]) -> str:
+    """Log the analysis of a profile as a run nested under its parent: the report, the heatmap,
+    the tables and figures as artifacts, so the MLflow UI carries the study's results."""
+    from pathlib import Path
+
+    import mlflow
+
+    from src import tracking
+
+    out = Path(out)
+    experiment_id = tracking.start_experiment(experiment, uri)
+    client = mlflow.MlflowClient()
+    tags = {"kind": "analysis", PROFILE_TAG: profile, **parent_tags(client, experiment_id, profile)}
+    with mlflow.start_run(experiment_id=experiment_id, run_name=f"analysis {profile}", tags=tags) as active:
+        mlflow.log_params(params)
+        for name in ("report.html", "report.md", "analysis.json"):
+            if (out / name).is_file():
+                mlflow.log_artifact(str(out / name))
+        for folder in ("tables", "figures"):
+            if (out / folder).is_dir():
+                mlflow.log_artifacts(str(out / folder), folder)
+    return active.info.run_id
