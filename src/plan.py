@@ -84,8 +84,9 @@ def _filled(values: dict[str, Any], path: Path, match: re.Match) -> str:
     return dvc_value(values[key])
 
 
-def plan_one(overrides: Sequence[str]) -> tuple[dict[str, Any], Any]:
-    """(plan, composed config) of one configuration; ValueError names what cannot run."""
+def plan_one(overrides: Sequence[str], seen: set[str] | None = None) -> tuple[dict[str, Any], Any]:
+    """(plan, composed config) of one configuration; ValueError names what cannot run. ``seen``:
+    the request keys of the sweep's earlier configurations (sent once, whichever asks first)."""
     from src.cache_run import compose_config, offline_system
     from src.pricing import budget_from_config
     from src.run import plan_of
@@ -93,7 +94,7 @@ def plan_one(overrides: Sequence[str]) -> tuple[dict[str, Any], Any]:
     cfg = compose_config(overrides)
     budget_from_config(cfg)  # a bad budget value is an error before anything is counted
     system, plans = offline_system(cfg)
-    plan = plan_of(cfg, system, plans)
+    plan = plan_of(cfg, system, plans, seen)
     plan["overrides"] = list(overrides)
     return plan, cfg
 
@@ -194,10 +195,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as error:  # noqa: BLE001 - Hydra's parser raises its own types
         print(f"error: {str(error).splitlines()[0] if str(error) else type(error).__name__}", file=sys.stderr)
         return 2
-    plans, first_cfg = [], None
+    plans, first_cfg, seen = [], None, set()
     for overrides in configurations:
         try:
-            plan, cfg = plan_one(overrides)
+            plan, cfg = plan_one(overrides, seen)
         except ValueError as error:
             print(f"error: {' '.join(overrides)}: {' '.join(str(error).split())}", file=sys.stderr)
             return 2

@@ -147,14 +147,18 @@ def plan_configuration(
     batches: Sequence[tuple[str, Sequence[ChatRequest]]],
     price: Price | None,
     counter: TokenCounter,
+    seen: set[str] | None = None,
 ) -> dict[str, Any]:
     """What running ``batches`` ((task/dataset, requests), in the run's order) through the cached
     ``backend`` sends: identical prompts once, cache hits (the lookup the run makes) not at all.
+    ``seen`` (request keys planned by earlier configurations of the same sweep, updated here):
+    their answers will be cached by the time this configuration runs, so they count as duplicates
+    (e.g. every model of a sweep sent to one self-hosted model under the same id).
 
     Costs are ceilings: prompt tokens as counted plus every answer at its ``max_tokens``; retried
     attempts are not in them (a failed attempt is usually not billed, a retried success is).
     """
-    seen: set[str] = set()
+    seen = set() if seen is None else seen
     datasets: dict[str, dict[str, Any]] = {}
     exact = estimated = 0
     for label, requests in batches:

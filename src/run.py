@@ -521,10 +521,13 @@ def configured_system(
     return system, plans
 
 
-def plan_of(cfg: DictConfig, system: PromptedSystem, plans: list[DatasetPlan]) -> dict[str, Any]:
-    """The configuration's plan (:func:`src.pricing.plan_configuration`) from the run's own requests."""
+def plan_of(
+    cfg: DictConfig, system: PromptedSystem, plans: list[DatasetPlan], seen: set[str] | None = None
+) -> dict[str, Any]:
+    """The configuration's plan (:func:`src.pricing.plan_configuration`) from the run's own requests;
+    ``seen``: the request keys of the configurations planned before it in the same sweep."""
     batches = [(f"{plan.task}/{plan.dataset}", system.requests(plan)) for plan in plans]
-    return plan_configuration(str(cfg.mlflow.run_name), system.backend, batches, system.price, token_counter(cfg))
+    return plan_configuration(str(cfg.mlflow.run_name), system.backend, batches, system.price, token_counter(cfg), seen)
 
 
 def run(cfg: DictConfig) -> int:

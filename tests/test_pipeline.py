@@ -235,3 +235,25 @@ def _pulled_study_is_analysed_restored_and_guarded(project: Path, clone: Path) -
         assert copy.data.metrics == kept, path.name
         listed = {item.path for item in restored.list_artifacts(copy.info.run_id, "bootstrap/timex")}
         assert "bootstrap/timex/base.json" in listed
+
+    # issue 31 item 5: the stages re-run from scratch in this other folder write the pushed bytes
+    # (the outputs that name MLflow runs, summaries and evidence, are bound to their runs by design)
+    _stages_rerun_here_reproduce_the_pushed_lock(clone)
+
+
+DETERMINISTIC_STAGES = ("prepare", "voc@timex", "adv@timex", "adv_p@timex", "finetune@minilm-timex")
+
+
+def _out_hashes(project: Path, stage: str) -> dict[str, str]:
+    import yaml
+
+    lock = yaml.safe_load((project / "dvc.lock").read_text())["stages"][stage]
+    return {out["path"]: out["md5"] for out in lock.get("outs", [])}
+
+
+def _stages_rerun_here_reproduce_the_pushed_lock(clone: Path) -> None:
+    before = {stage: _out_hashes(clone, stage) for stage in DETERMINISTIC_STAGES}
+    forced = _dvc(clone, "repro", "--force", "--single-item", *DETERMINISTIC_STAGES)
+    assert forced.returncode == 0, (forced.stdout + forced.stderr)[-3000:]
+    for stage in DETERMINISTIC_STAGES:
+        assert _out_hashes(clone, stage) == before[stage], f"{stage}: other bytes when re-run in another folder"

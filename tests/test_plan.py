@@ -267,3 +267,21 @@ def test_a_llamacpp_model_counts_completion_prompts_with_its_own_vocabulary():
     assert exact and tokens == len(backend.encode(request)) and tokens != math.ceil(len(prompt) / 4)
     chat = ChatRequest(messages=(("system", "Be brief."), ("user", prompt)))
     assert counter.count(chat) == (math.ceil((len("Be brief.") + len(prompt)) / 4), False)  # stated estimate
+
+
+def test_configurations_served_by_one_model_share_their_prompts_in_the_plan(workspace: Path, capsys, monkeypatch):
+    """Regression: every model of a sweep sent to one self-hosted model (provider=custom with one
+    served id) asks the same prompts; the second configuration's are answered from the cache the
+    first filled, so the sweep's total counted them twice (132 planned, 44 sent)."""
+    with FakeOpenAIServer(answer=_answer) as server:
+        monkeypatch.setenv("TEMPGEN_BASE_URL", server.base_url)
+        monkeypatch.setenv("TEMPGEN_SERVED_MODEL", "one-model")
+        monkeypatch.delenv("TEMPGEN_API_KEY_ENV", raising=False)
+        overrides = [o for o in _overrides(workspace, server) if not o.startswith(("model=", "model.options.base_url"))]
+        out = workspace / "plan.json"
+        assert plan_main(["model=qwen25_7b,llama3_8b", "provider=custom", *overrides, "--json", str(out)]) == 0
+        plan = json.loads(out.read_text())
+        first, second = plan["configurations"]
+        assert (first["to_send"], second["to_send"], second["duplicates"]) == (2, 0, 3)
+        assert plan["total"]["to_send"] == 2
+        assert server.request_count == 0

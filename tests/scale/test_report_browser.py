@@ -334,3 +334,77 @@ def test_the_headline_is_above_the_fold_and_a_cell_opens_its_filtered_instance_p
     assert everything["selected"] == "" and len(set(everything["shown"])) == 6
     screenshot(tmp_path, f"{base}{page}#config={config}", "instance-page.png")
     assert (tmp_path / "report-first-screen.png").exists() and (tmp_path / "instance-page.png").exists()
+
+
+@pytest.fixture(scope="module")
+def mlflow_ui(tmp_path_factory):
+    """``mlflow server`` on 127.0.0.1 over the small study, its configuration runs nested under a
+    ``profile smoke`` parent as the pipeline nests them (src/run_tree.py)."""
+    import socket
+    import sys
+    import time
+
+    import mlflow
+
+    from src.run_tree import PARENT_TAG, profile_parent
+    from tests.helpers.mlflow_study import EXPERIMENT, log_study
+
+    store = log_study(tmp_path_factory.mktemp("ui-store"))
+    client = mlflow.MlflowClient(store.uri)
+    experiment_id = client.get_experiment_by_name(EXPERIMENT).experiment_id
+    parent = profile_parent(client, experiment_id, "smoke")
+    for run_id in store.ids.values():
+        client.set_tag(run_id, PARENT_TAG, parent)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    log = tmp_path_factory.mktemp("ui-log") / "server.log"
+    command = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", store.uri]
+    command += ["--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
+    with log.open("w") as sink:
+        server = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                urllib.request.urlopen(url + "/health", timeout=2).read()
+                break
+            except OSError:
+                assert server.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+                time.sleep(0.5)
+        yield url, experiment_id, store.ids
+    finally:
+        os.killpg(server.pid, 15)
+        server.wait(timeout=30)
+
+
+def mlflow_page(tmp_path: Path, url: str, name: str) -> str:
+    """The rendered DOM of an MLflow UI page (a React app: given time to fetch and render), and a screenshot."""
+    done = chromium(tmp_path, "--window-size=1280,800", "--virtual-time-budget=25000", "--dump-dom", url)
+    assert done.returncode == 0, done.stderr[-3000:]
+    shot = chromium(
+        tmp_path, "--window-size=1280,800", "--virtual-time-budget=25000", f"--screenshot={tmp_path / name}", url
+    )
+    assert shot.returncode == 0 and (tmp_path / name).exists(), shot.stderr[-2000:]
+    return done.stdout
+
+
+@needs_chromium
+def test_the_mlflow_ui_shows_the_nested_runs_a_comparison_and_the_artifacts(mlflow_ui, tmp_path):
+    url, experiment_id, ids = mlflow_ui
+    table = mlflow_page(
+        tmp_path, f"{url}/#/experiments/{experiment_id}/runs?workflowType=machine_learning", "mlflow-runs.png"
+    )
+    assert "profile smoke" in table  # the parent run the configurations are nested under
+    first, second = ids["small-D"], ids["large-I"]
+    compare = mlflow_page(
+        tmp_path,
+        f'{url}/#/compare-runs?runs=["{first}","{second}"]&experiments=["{experiment_id}"]',
+        "mlflow-compare.png",
+    )
+    assert "timex.base.f1" in compare and "small-D" in compare and "large-I" in compare
+    artifacts = mlflow_page(
+        tmp_path, f"{url}/#/experiments/{experiment_id}/runs/{first}/artifacts", "mlflow-artifacts.png"
+    )
+    assert "predictions" in artifacts and "bootstrap" in artifacts
