@@ -174,6 +174,9 @@ def report_dir(tmp_path_factory):
         args += ["--summaries", str(store.summaries)]
     assert main(args) == 0
     assert (out / "report.html").exists()
+    # the analysis wrote the pages with this machine's dataset texts, which are not the study's
+    # synthetic instances: the same pages again, with the study's texts
+    write_instance_pages(out / "instances", texts, rows)
     return out
 
 
@@ -324,7 +327,7 @@ def test_the_headline_is_above_the_fold_and_a_cell_opens_its_filtered_instance_p
     source = (report_dir / "report.html").read_text(encoding="utf-8")
     heatmap = source[source.index('<table class="heatmap"') : source.index("</table>", source.index("heatmap"))]
     links = re.findall(r'<a href="(instances/[^"#]+)#config=([^"]+)">', heatmap)
-    assert len(links) == 6 * 5  # every prompted cell links to its page (the fine-tuned rows have none here)
+    assert len(links) == 6 * 5 + 3  # every cell links to its page: six prompted on five sets, the fine-tuned on three
     page, config = next((p, c) for p, c in links if c == "small-D" and p.endswith("timex_t2c.html"))
     instance = headline_probe(tmp_path, f"{base}{page}?headline=1#config={config}")
     assert instance["errors"] == [], instance["errors"]
