@@ -28,6 +28,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from src import study
+from src.backends.endpoint import API_BACKENDS
 from src.cli import one_line, optional_int
 from src.data.schema import Record, read_records
 from src.data.splits import subset_by_id
@@ -463,7 +464,8 @@ def run_record(
     weights = weights or {}
     params: dict[str, Any] = {
         "model_id": endpoint_of(cfg)[0],  # the id the endpoint serves (provider= may map it)
-        "provider": OmegaConf.select(cfg, "provider.name"),  # None: the model file's own endpoint
+        # the provider= that redirected an API model; None: the model file's own endpoint, or a local model
+        "provider": OmegaConf.select(cfg, "provider.name") if model.backend in API_BACKENDS else None,
         "backend": model.backend,
         "requantize": weights.get("requantize"),
         "gguf_sha256": weights.get("gguf_sha256"),
