@@ -57,6 +57,9 @@ def test_smoke_profile_runs_end_to_end_and_twice_is_a_no_op(project: Path):
     experiment = client.get_experiment_by_name("tempgen")
     runs = {r.info.run_name: r for r in client.search_runs([experiment.experiment_id])}
     assert {"smollm2_135m-I", "smollm2_135m-A+D", "minilm-finetuned"} <= set(runs)
+    # a local model is sent nowhere: no provider, though the profile names one for API models
+    assert runs["smollm2_135m-I"].data.params["provider"] == "None"
+    assert runs["smollm2_135m-I"].data.tags["profile"] == "smoke"
     for name in ("smollm2_135m-I", "smollm2_135m-A+D"):
         summary = json.loads((project / f"summaries/runs/{name}.json").read_text())
         assert summary["complete"] and summary["run_id"] == runs[name].info.run_id
