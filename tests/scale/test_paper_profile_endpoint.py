@@ -104,7 +104,9 @@ def test_a_cut_down_paper_profile_runs_against_a_self_hosted_server(smoke_projec
                     expected = "json_object" if (model, strategy) == (MODELS[0], "D") else None
                     assert run.data.params.get("schema_form_used") == expected, (model, strategy)
             report = (project / "reports/report.md").read_text()
-            assert "MoE vs dense in family mistral" in report
+            # the comparison is drawn (a table per family), though 2 instances per set decide nothing
+            moe = report.split("### Dense vs MoE within a family", 1)[1].split("###", 1)[0]
+            assert "This comparison" not in moe and "mistral" in moe, moe[:800]
             size = report.split("### Model size", 1)[1].split("###", 1)[0]
             assert size.strip() and "needs more models" not in size, size[:800]
 
