@@ -29,7 +29,7 @@ from tests.helpers.smoke_project import dvc, pipeline_env
 pytestmark = pytest.mark.slow
 
 MODELS = ["ministral_8b", "mixtral_8x7b", "ministral_3b"]  # family mistral: dense and MoE, two dense sizes
-STRATEGIES = ["D", "A"]  # the study's schema goes to D only; A is abductive
+STRATEGIES = ["D"]  # the study condition's strict schema goes to D (one strategy: each adds 3 stages)
 
 
 def _write_sweep(project: Path, **changes) -> None:
@@ -112,7 +112,7 @@ def test_a_cut_down_paper_profile_runs_against_a_self_hosted_server(smoke_projec
 
             # a second sweep (one more strategy) over a cap of one request stops before sending
             before = server.completed_requests()
-            _write_sweep(project, **cut, strategies=[*STRATEGIES, "I"], max_requests=1)
+            _write_sweep(project, **{**cut, "strategies": [*STRATEGIES, "I"], "max_requests": 1})
             capped = _in(project, env, "dvc", "repro")
             assert capped.returncode != 0
             assert "error: budget:" in capped.stdout + capped.stderr, (capped.stdout + capped.stderr)[-3000:]
