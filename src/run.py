@@ -148,9 +148,10 @@ def dataset_file(cfg: DictConfig, task: str, dataset: str) -> Path:
 
 
 def checked_count(cfg: DictConfig, key: str) -> int | None:
-    """A top-level non-negative integer or null option (``limit``, ``max_input_words``), or a ConfigError."""
+    """A non-negative integer or null option (``max_input_words``, ``generation.max_tokens_reasoning``),
+    or a ConfigError naming ``key``."""
     try:
-        return optional_int(cfg.get(key))
+        return optional_int(OmegaConf.select(cfg, key))
     except ValueError as error:
         raise ConfigError(f"{key}: {error}") from None
 
@@ -228,6 +229,7 @@ def check_config(cfg: DictConfig) -> tuple[Strategy, PromptOptions, list[tuple[s
     """Every override that could fail later, checked before a backend or a run is opened."""
     checked_limit(cfg)
     checked_count(cfg, "max_input_words")
+    checked_count(cfg, "generation.max_tokens_reasoning")
     for key in ("seed", "generation.seed", "scoring.bootstrap_seed"):
         check_seed(OmegaConf.select(cfg, key), key)
     positive_count(cfg, "generation.max_tokens")
@@ -236,7 +238,6 @@ def check_config(cfg: DictConfig) -> tuple[Strategy, PromptOptions, list[tuple[s
     check_seconds(OmegaConf.select(cfg, "mlflow.lock_wait_s", default=DEFAULT_LOCK_WAIT_S), "mlflow.lock_wait_s")
     try:
         strategy = strategy_from_config(cfg.strategy)
-        optional_int(cfg.generation.get("max_tokens_reasoning"))
     except ValueError as error:
         raise ConfigError(str(error)) from None
     temperature = cfg.generation.temperature
