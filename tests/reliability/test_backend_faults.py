@@ -179,7 +179,10 @@ def test_an_instance_that_keeps_failing_ends_failed_naming_the_cause(tmp_path, m
     with server() as faulty:
         faulty.doom('"doomed"', kind)
         prompts = ['find "doomed"', 'find "fine"', 'find "also"']
-        results = CachedBackend(make_backend(faulty.base_url, max_retries=3), cache).generate(requests_for(prompts))
+        # a generous timeout: with TIMEOUT_S a stall of the test process (seen once in a full suite)
+        # let an attempt time out before this in-process server read it, so it counted 3 of 4
+        backend = make_backend(faulty.base_url, max_retries=3, timeout_s=30)
+        results = CachedBackend(backend, cache).generate(requests_for(prompts))
         assert faulty.requests['find "doomed"'] == 4
     assert [r.ok for r in results] == [False, True, True]
     assert results[0].text is None
