@@ -339,7 +339,7 @@ def test_prefilled_schema_text_and_the_reasoning_budget_on_the_real_model(embedd
     requests = []
     for name in ("A+I", "A+D+I", "D"):
         strategy = get_strategy(name)
-        for task in ("timex", "eventx", "comp"):
+        for task in ("timex", "comp"):  # two tasks of three: the 5-exemplar prompts make each answer slow
             for text in LOOP_PRONE_TEXTS[:2]:
                 shots = exemplars if strategy.inductive else ()
                 parts = build_request_parts(strategy, task, text, shots, options)
@@ -384,4 +384,5 @@ def test_prefilled_schema_text_and_the_reasoning_budget_on_the_real_model(embedd
     # the count is of the re-encoded steps, a token or two off the model's own)
     assert reasoning_tokens and max(reasoning_tokens) <= budget + 3, reasoning_tokens
     assert max(reasoning_tokens) >= budget - 2, reasoning_tokens
-    assert [a.text for a in forced.generate(requests)] == [a.text for a in answers]
+    again = [0, 4, 9]  # one answer per strategy, generated a second time
+    assert [a.text for a in forced.generate([requests[i] for i in again])] == [answers[i].text for i in again]

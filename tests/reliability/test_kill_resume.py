@@ -84,7 +84,7 @@ def reference(tmp_path_factory) -> dict[str, float]:
     return _final_metrics(workspace)
 
 
-@pytest.mark.parametrize("kill_at", [1, 2, 4, 7, 9])
+@pytest.mark.parametrize("kill_at", [1, 4, 9])  # first, middle and last request
 def test_sigkill_then_resume_equals_the_uninterrupted_run(workspace: Path, reference: dict, kill_at: int):
     with KillingServer() as server:
         code = _run(workspace, server, kill_at)
