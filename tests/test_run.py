@@ -328,6 +328,10 @@ def test_usage_counts_sent_cached_identical_and_retried_requests_apart(workspace
         assert (first["attempts"], first["retried"]) == (3 + retried, retried)
         assert first["prompt_tokens"] == prompt_tokens and first["cost"] == pytest.approx(cost)
         assert first["cached_cost"] == 0
+        # the summary DVC tracks carries the run's total, which the report sums over the sweep
+        total = json.loads((workspace / "summary.json").read_text())["usage"]
+        assert (total["requests"], total["sent"], total["cost"]) == (4, 3, pytest.approx(cost, abs=1e-6))
+        assert "latency_s" not in total
 
         again = _run(workspace, server, "tasks=[timex]")
         assert again.returncode == 0, again.stderr[-3000:]
@@ -339,6 +343,8 @@ def test_usage_counts_sent_cached_identical_and_retried_requests_apart(workspace
         assert second["cached_cost"] == pytest.approx(cost) and second["cached_prompt_tokens"] == prompt_tokens
         assert runs[-1].data.metrics["timex.base.usage.cost"] == 0
         assert runs[-1].data.metrics["timex.base.usage.cached_cost"] == pytest.approx(cost)
+        total = json.loads((workspace / "summary.json").read_text())["usage"]
+        assert (total["sent"], total["cost"], total["cached"]) == (0, 0, 3)
 
 
 def _answer_for(prompt: str) -> str:

@@ -367,6 +367,7 @@ def analysis_summary(analysis: Analysis) -> dict:
             },
             "errors": errors,
             "provenance": provenance,
+            "usage": results.usage,
             "dirty_commits": [config for config, dirty in analysis.provenance["dirty"].items() if dirty],
         }
     )

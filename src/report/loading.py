@@ -36,6 +36,7 @@ from src.report.provenance import (
     fetch_runs,
     read_summaries,
     run_name,
+    sweep_usage,
 )
 from src.study import DATASET_ORDER, FINETUNED, PRIMARY_METRIC, STRATEGY_ORDER, TASK_ORDER
 
@@ -122,6 +123,7 @@ class RunResults:
         notes: facts about the input worth stating in the report (differing instance sets, gaps).
         checked: the runs were read through summaries and their provenance checked (:func:`load_results`).
         instances: ``(config, task, dataset)`` -> the predictions rows (gold, predictions, raw output...).
+        usage: requests, tokens and cost summed over the summaries (:func:`sweep_usage`); empty if none reported.
     """
 
     runs: pd.DataFrame
@@ -133,6 +135,7 @@ class RunResults:
     notes: list[str] = field(default_factory=list)
     checked: bool = False
     instances: dict[tuple[str, str, str], list[dict]] = field(default_factory=dict)
+    usage: dict[str, float] = field(default_factory=dict)
 
 
 def ordered_keys(keys) -> list[str]:
@@ -400,6 +403,7 @@ def load_results(
     results = build_results(rows, metrics, artifacts, shown_uri, experiment, experiment_id)
     results.checked = True
     results.instances = instances
+    results.usage = sweep_usage(listed)
     return results
 
 

@@ -322,7 +322,29 @@ def provenance_lines(analysis: Analysis) -> list[str]:
             "uncommitted changes (commit ending in `-dirty`), so their commit alone does not reproduce them.",
             "",
         ]
+    lines += usage_lines(results.usage)
     table["run_id"] = [run_link(results.tracking_uri, results.experiment_id, r) for r in table["run_id"]]
     table["git_commit"] = [f"`{c}`" if isinstance(c, str) else c for c in table["git_commit"]]
     table["data_version"] = [f"`{v}`" if isinstance(v, str) else v for v in table["data_version"]]
     return lines + [markdown_table(table), ""]
+
+
+def usage_lines(usage: dict[str, float]) -> list[str]:
+    """What the study's runs sent and spent, summed over their summaries (the sweep total)."""
+    if not usage:
+        return []
+    from src.pricing import usd
+
+    def count(name: str) -> str:
+        return f"{int(usage.get(name, 0)):,}"
+
+    return [
+        f"**Requests and cost** (the {count('runs')} prompted runs' totals, as each logged them in `usage.json`): "
+        f"{count('requests')} requests, of which {count('sent')} sent ({count('attempts')} attempts, "
+        f"{count('retried')} of them retries; {count('failed')} failed), {count('cached')} answered from the cache "
+        f"and {count('duplicates')} identical to another prompt of the same run; {count('prompt_tokens')} prompt "
+        f"and {count('completion_tokens')} completion tokens sent; new cost {usd(usage.get('cost', 0.0))}, "
+        f"cached answers' cost {usd(usage.get('cached_cost', 0.0))} (prices from the model files' `price:` blocks; "
+        "local models cost nothing).",
+        "",
+    ]

@@ -32,6 +32,7 @@ class Summary:
         run_id: the MLflow run it names.
         model, strategy, run_name: what the summary says the run is (checked against the run).
         complete: ``False`` when the stage recorded unscored datasets.
+        usage: the run's requests, tokens and cost (sent apart from cached), where it reported them.
     """
 
     path: Path
@@ -41,6 +42,7 @@ class Summary:
     strategy: str | None = None
     complete: bool | None = None
     run_name: str | None = None
+    usage: dict[str, float] | None = None
 
 
 def read_summaries(directory: Path, expected: Sequence[str] | None = None) -> list[Summary]:
@@ -90,9 +92,31 @@ def read_summaries(directory: Path, expected: Sequence[str] | None = None) -> li
                 _text(data.get("strategy")),
                 complete if isinstance(complete, bool) else None,
                 _text(data.get("run_name")),
+                _usage(data.get("usage")),
             )
         )
     return out
+
+
+def _usage(value: Any) -> dict[str, float] | None:
+    """A summary's ``usage`` block: its numeric fields, or None where it has none."""
+    if not isinstance(value, dict):
+        return None
+    return {
+        str(k): float(v) for k, v in value.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
+    } or None
+
+
+def sweep_usage(summaries: Sequence[Summary]) -> dict[str, float]:
+    """Every field of the summaries' usage summed, plus ``runs``: how many reported usage (empty if none)."""
+    reported = [s.usage for s in summaries if s.usage]
+    total: dict[str, float] = {}
+    for usage in reported:
+        for name, value in usage.items():
+            total[name] = total.get(name, 0.0) + value
+    if reported:
+        total["runs"] = float(len(reported))
+    return {name: round(value, 6) for name, value in sorted(total.items())}
 
 
 def _text(value: Any) -> str | None:

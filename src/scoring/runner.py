@@ -321,7 +321,7 @@ def summary(record: RunRecord, outcome: RunOutcome) -> dict[str, Any]:
             value = everything.get(f"{o.plan.task}.{o.plan.dataset}.{name}")
             if value is not None:
                 block[name] = round(float(value), 6)
-    return {
+    data = {
         "run_id": outcome.run_id,
         "run_name": record.run_name,
         "kind": record.kind,
@@ -330,6 +330,19 @@ def summary(record: RunRecord, outcome: RunOutcome) -> dict[str, Any]:
         "complete": outcome.complete,
         "metrics": metrics,
     }
+    usage = run_usage(outcome)
+    if usage:
+        data["usage"] = usage
+    return data
+
+
+def run_usage(outcome: RunOutcome) -> dict[str, float]:
+    """The run's requests, tokens and cost summed over its datasets (``usage.json``'s total without
+    the latency), for the report's sweep total; empty for a system that reports no usage."""
+    if not any(o.usage for o in outcome.outcomes):
+        return {}
+    total = usage_report(outcome.outcomes)["total"]
+    return {name: round(value, 6) for name, value in sorted(total.items()) if name != "latency_s"}
 
 
 def write_summary(path: Path, record: RunRecord, outcome: RunOutcome) -> None:

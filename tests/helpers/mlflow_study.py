@@ -116,7 +116,7 @@ class Store(NamedTuple):
     summaries: Path
 
 
-def write_summary(directory: Path, config: str, run_id: str, complete: bool = True) -> Path:
+def write_summary(directory: Path, config: str, run_id: str, complete: bool = True, usage: dict | None = None) -> Path:
     """A summary file like the pipeline's: ``runs/{config}.json``, or ``finetuned/{model}.json``."""
     model, strategy = config.rsplit("-", 1)
     path = directory / ("finetuned" if strategy == "finetuned" else "runs") / f"{config}.json"
@@ -128,6 +128,7 @@ def write_summary(directory: Path, config: str, run_id: str, complete: bool = Tr
         "strategy": strategy,
         "complete": complete,
         "metrics": {},
+        **({"usage": usage} if usage is not None else {}),
     }
     path.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     return path

@@ -64,8 +64,13 @@ def test_hand_runs_never_change_a_pipeline_report(tmp_path):
         "bert-finetuned": log_run("bert", "finetuned", quality=0.8, datasets=datasets, kind="finetuned"),
     }
     summaries = tmp_path / "summaries"
+    usage = {  # what each prompted run's summary says it sent and spent
+        "small-I": {"requests": 10, "sent": 7, "cached": 3, "attempts": 9, "retried": 2, "cost": 0.25},
+        "large-I": {"requests": 10, "sent": 0, "cached": 10, "attempts": 0, "cost": 0, "cached_cost": 1.5},
+        "small-D": "garbage",  # not a usage block: left out, not a crash
+    }
     for config, run_id in ids.items():
-        write_summary(summaries, config, run_id)
+        write_summary(summaries, config, run_id, usage=usage.get(config))
     assert analyse(uri, summaries, tmp_path / "first", "pipeline") == 0
     first = outputs(tmp_path / "first")
     summary = json.loads(first["analysis.json"])
@@ -78,7 +83,16 @@ def test_hand_runs_never_change_a_pipeline_report(tmp_path):
         "data_version": "raw:test/datasets:test",
     }
     assert summary["dirty_commits"] == ["small-D"]
+    assert summary["usage"] == {
+        "runs": 2, "requests": 20, "sent": 7, "cached": 13, "attempts": 9, "retried": 2, "cost": 0.25,
+        "cached_cost": 1.5,
+    }  # fmt: skip
     report = first["report.md"].decode()
+    assert (
+        "**Requests and cost** (the 2 prompted runs' totals, as each logged them in `usage.json`): 20 requests, "
+        "of which 7 sent (9 attempts, 2 of them retries; 0 failed), 13 answered from the cache" in report
+    )
+    assert "new cost $0.25, cached answers' cost $1.50" in report
     assert "## Provenance" in report and "**Uncommitted changes**: the runs of small-D" in report
     assert (
         f"| small-I | runs/small-I.json | `{ids['small-I']}` | `abc123` | False | `raw:test/datasets:test` |" in report
