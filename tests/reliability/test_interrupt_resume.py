@@ -97,7 +97,7 @@ def reference(tmp_path_factory) -> dict[str, float]:
 
 
 # each signal at the first request, and each once more: mid-run and at the last request
-# (six combinations cost two minutes of CI for nothing the three do not show)
+# (all six combinations cost a minute more of CI for nothing these four do not show)
 @pytest.mark.parametrize(
     "signal_at, signum",
     [(1, signal.SIGINT), (1, signal.SIGTERM), (5, signal.SIGTERM), (len(WORDS), signal.SIGINT)],
