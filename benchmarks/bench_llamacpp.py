@@ -1,7 +1,7 @@
 """Requests per second of the llamacpp backend on the default profile's real prompts.
 
 The request set is every strategy (I, D, A, D+I, A+I, A+D, A+D+I) x task (timex, eventx, comp)
-x a few base sentences and ``len`` documents, built by ``src.run.PromptedSystem`` from the
+x a few base sentences and ``len`` documents, built by ``src.runs.prompted.PromptedSystem`` from the
 config the default profile composes (the committed ``sweep.yaml``: the embedded model under
 its own condition, completion prompts, answers constrained to JSON with spans drawn from the
 input, the profile's token budgets, documents of at most its ``max_input_words``). Three ways
@@ -50,15 +50,9 @@ from omegaconf import OmegaConf  # noqa: E402
 
 from src.backends import create_backend  # noqa: E402
 from src.backends.base import ChatRequest  # noqa: E402
-from src.prompts import STRATEGY_NAMES  # noqa: E402
-from src.run import (  # noqa: E402
-    PromptedSystem,
-    checked_count,
-    dataset_file,
-    planned_records,
-    prompt_options,
-    strategy_from_config,
-)
+from src.prompts import STRATEGY_NAMES, strategy_from_config  # noqa: E402
+from src.runs.configure import checked_count, dataset_file, planned_records, prompt_options  # noqa: E402
+from src.runs.prompted import PromptedSystem  # noqa: E402
 from src.scoring.runner import DatasetPlan  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "llamacpp.json"

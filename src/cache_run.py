@@ -2,7 +2,7 @@
 
 ``python -m src.cache --run`` lists the cache keys of its requests and ``python -m src.plan``
 prices them. The configuration is composed from ``conf/`` with the same overrides a run takes,
-and its requests are built by the run's own code (:func:`src.run.configured_system`), so the
+and its requests are built by the run's own code (:func:`src.runs.configure.configured_system`), so the
 keys are exactly those the run would look up. Nothing is sent: a missing API key is replaced by
 a placeholder for the time it takes to build the backend's cache identity.
 """
@@ -21,6 +21,9 @@ def compose_config(overrides: Sequence[str]):
     from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
 
+    from src.params import register_resolver
+
+    register_resolver()
     try:
         with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
             return compose("config", overrides=list(overrides))
@@ -35,8 +38,8 @@ def offline_system(cfg):
         ValueError: the configuration cannot run (``src.run_checks.ConfigError`` is one).
     """
 
-    from src.run import check_config, configured_system
     from src.run_checks import endpoint_of
+    from src.runs.configure import check_config, configured_system
 
     strategy, options, files = check_config(cfg)
     model_options = endpoint_of(cfg)[1]  # the key variable follows provider=

@@ -34,7 +34,7 @@ PREDICTIONS = "predictions"
 BOOTSTRAP = "bootstrap"
 #: Tags and metrics that describe the machine or the run's history, never the result.
 MACHINE_TAGS = ("tempgen.pid", "tempgen.host", "tempgen.closed_as_stale")
-MACHINE_METRIC = re.compile(r"(^wall_time_s$|latency_s$|\.usage\.|^concurrency_)")
+MACHINE_METRIC = re.compile(r"(^wall_time_s$|latency_s$|(^|\.)usage\.|^concurrency_)")
 SOURCE_RUN_TAG = "tempgen.source_run_id"  # on a restored run: the run id it was rebuilt from
 
 

@@ -3,7 +3,8 @@
 Per configuration and in total: requests, identical prompts (sent once), answers already
 cached, requests left to send, their prompt tokens (the model's tokenizer where it is on this
 machine, else an estimate the output names), the output-token ceiling (every answer at its
-``max_tokens``) and the price from the model file's ``price`` block. Nothing is sent, no model
+``max_tokens``) and the price from the model file's ``price`` block, in the run's mode; then for
+the total, per mode (``sync``, ``batch``, ``flex``) the cost at most and the wait. Nothing is sent, no model
 is loaded (a llama.cpp model's vocabulary at most) and no MLflow run is opened.
 
 ``model=a,b strategy=I,D`` plans every combination, as a Hydra multirun would run them;
@@ -23,6 +24,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from src.billing.prices import MODES
 
 DVC_FILE = Path(__file__).resolve().parents[1] / "dvc.yaml"
 #: Overrides of the run stage that only name where a run writes (nothing the plan counts).
@@ -88,8 +91,7 @@ def plan_one(overrides: Sequence[str], seen: set[str] | None = None) -> tuple[di
     """(plan, composed config) of one configuration; ValueError names what cannot run. ``seen``:
     the request keys of the sweep's earlier configurations (sent once, whichever asks first)."""
     from src.cache_run import compose_config, offline_system
-    from src.pricing import budget_from_config
-    from src.run import plan_of
+    from src.runs.configure import budget_from_config, plan_of
 
     cfg = compose_config(overrides)
     budget_from_config(cfg)  # a bad budget value is an error before anything is counted
@@ -100,7 +102,7 @@ def plan_one(overrides: Sequence[str], seen: set[str] | None = None) -> tuple[di
 
 
 def money(value: float | None) -> str:
-    from src.pricing import usd
+    from src.billing.ledger import usd
 
     return "price unknown" if value is None else usd(value)
 
@@ -114,9 +116,12 @@ def describe(plan: dict[str, Any]) -> str:
         priced = "; no price block in the model file"
     else:
         read = f"read {price['read']}" if price.get("read") else "no date"
+        stand_in = (
+            ", the list price: the model file has no price for this mode" if price.get("list_price_for_mode") else ""
+        )
         priced = (
-            f"; ${price['input_per_mtok']:g} in / ${price['output_per_mtok']:g} out per Mtok"
-            f" ({read}, {price.get('source') or 'no source'})"
+            f"; {price.get('mode', 'sync')} price ${price['input_per_mtok']:g} in / ${price['output_per_mtok']:g} out "
+            f"per Mtok ({read}, {price.get('source') or 'no source'}{stand_in})"
         )
     return (
         f"{plan['configuration']}: {plan['requests']:,} requests, {plan['duplicates']:,} identical prompts, "
@@ -136,35 +141,55 @@ def total_of(plans: list[dict[str, Any]]) -> dict[str, Any]:
     for key in ("prompt_cost_usd", "output_ceiling_cost_usd", "ceiling_cost_usd"):
         values = [p[key] for p in plans if p["to_send"]]
         total[key] = None if any(v is None for v in values) else float(sum(values))
+    total["modes"] = {}
+    for mode in MODES:
+        rows = [p["modes"][mode] for p in plans if p["to_send"]]
+        costs = [row["ceiling_cost_usd"] for row in rows]
+        total["modes"][mode] = {
+            "ceiling_cost_usd": None if any(c is None for c in costs) else float(sum(costs)),
+            "list_price_stands_in": any(row["list_price_stands_in"] for row in rows),
+            "configurations": len(rows),
+            "waits": sorted({row["wait"] for row in rows}),
+        }
     return total
+
+
+def mode_lines(total: dict[str, Any]) -> list[str]:
+    """Per mode, what the whole plan would cost and how long it may take."""
+    lines = []
+    for mode, row in total.get("modes", {}).items():
+        stand_in = (
+            " (the list price stands in where a model file has no price for it)" if row["list_price_stands_in"] else ""
+        )
+        waits = "; ".join(row["waits"]) or "nothing to send"
+        lines.append(f"  {mode}: cost at most {money(row['ceiling_cost_usd'])}{stand_in}; wait: {waits}")
+    return ["by mode (model.options.mode; docs/cost.md):", *lines] if lines else []
 
 
 def budget_line(cfg: Any, total: dict[str, Any]) -> str | None:
     """The budget of the (first) configuration against the total, as the runs will check it."""
-    from src.pricing import budget_from_config, spent
+    from src.billing.ledger import spent
+    from src.runs.configure import budget_from_config
 
     budget = budget_from_config(cfg)
     if budget.max_cost_usd is None and budget.max_requests is None:
         return None
     already = spent(budget)
+    held_requests = already["requests"] + already["reserved_requests"]
+    held_cost = already["cost_usd"] + already["reserved_cost_usd"]
+    reserved = " (reserved by runs in progress included)" if already["reserved_requests"] else ""
     parts = []
     if budget.max_requests is not None:
-        verdict = "fits" if already["requests"] + total["to_send"] <= budget.max_requests else "EXCEEDS"
+        verdict = "fits" if held_requests + total["to_send"] <= budget.max_requests else "EXCEEDS"
         parts.append(
-            f"{total['to_send']:,} requests + {already['requests']:,} sent before {verdict} "
+            f"{total['to_send']:,} requests + {held_requests:,} sent before{reserved} {verdict} "
             f"budget.max_requests={budget.max_requests}"
         )
     if budget.max_cost_usd is not None:
         ceiling = total["ceiling_cost_usd"]
-        verdict = (
-            "unknown"
-            if ceiling is None
-            else "fits"
-            if already["cost_usd"] + ceiling <= budget.max_cost_usd
-            else "EXCEEDS"
-        )
+        verdict = "unknown" if ceiling is None else "fits" if held_cost + ceiling <= budget.max_cost_usd else "EXCEEDS"
         parts.append(
-            f"{money(ceiling)} + {money(already['cost_usd'])} spent before {verdict} "
+            f"{money(ceiling)} + {money(held_cost)} spent before{reserved} {verdict} "
             f"budget.max_cost_usd={budget.max_cost_usd:g}"
         )
     ledger = f" (ledger {budget.ledger!r}, {already['runs']} runs)" if budget.ledger else ""
@@ -207,6 +232,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(describe(plan))
     total = total_of(plans)
     print(describe(total))
+    for line in mode_lines(total):
+        print(line)
     try:
         line = budget_line(first_cfg, total)
     except ValueError as error:

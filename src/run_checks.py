@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from src.cli import MAX_SEED, optional_int
+from src.errors import ConfigError
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 #: Config groups whose choice is a file ``conf/<group>/<name>.yaml``.
@@ -30,13 +31,14 @@ OPENAI_NUMBERS = {
     "backoff_max_s": (0, False),
     "seed": (0, True),
     "min_tokens_per_s": (0.001, False),
+    "stop_after_same_fault": (2, True),
+    "batch_poll_s": (0.001, False),
+    "batch_max_requests": (1, True),
+    "batch_rounds": (0, True),
 }
 #: Numeric options that may also be null (the backend's own default).
-NULLABLE_NUMBERS = frozenset({"min_tokens_per_s"})
-
-
-class ConfigError(ValueError):
-    """An override or config value that cannot run; reported as one line, exit code 2."""
+NULLABLE_NUMBERS = frozenset({"min_tokens_per_s", "stop_after_same_fault"})
+MODES = ("sync", "batch", "flex")
 
 
 def unknown_choice_error(overrides: Sequence[str], conf_dir: Path = CONF_DIR) -> str | None:
@@ -145,6 +147,19 @@ def check_backend_options(backend: str, options: dict[str, Any]) -> None:
     mismatch = options.get("on_model_mismatch")
     if mismatch is not None and mismatch not in ("warn", "fail"):
         raise ConfigError(f"{prefix}.on_model_mismatch: expected warn or fail, got {mismatch!r}")
+    mode = options.get("mode")
+    if mode is not None and mode not in MODES:
+        raise ConfigError(f"{prefix}.mode: expected one of {', '.join(MODES)}, got {mode!r}")
+    if mode == "batch" and options.get("batch_completion_window") not in (None, "24h"):
+        raise ConfigError(
+            f"{prefix}.batch_completion_window: the Batch API offers 24h only, got {options['batch_completion_window']!r}"
+        )
+    from src.backends.routing import checked_routing
+
+    try:
+        checked_routing(options.get("routing"), f"{prefix}.routing")
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
 
 
 def endpoint_of(cfg: DictConfig) -> tuple[str, dict[str, Any]]:

@@ -19,9 +19,11 @@ from omegaconf import DictConfig
 
 from src.data.schema import read_records
 from src.data.splits import subset_by_id
+from src.errors import ConfigError
 from src.params import register_resolver
 from src.prompts import K_CHOICES, select_k, strategy_from_config
-from src.run import ConfigError, PromptedSystem, build_backend, checked_limit, prompt_options
+from src.runs.configure import build_backend, checked_limit, prompt_options
+from src.runs.prompted import PromptedSystem
 from src.scoring.evaluate import evaluate_dataset
 from src.scoring.runner import DatasetPlan
 

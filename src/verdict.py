@@ -1,7 +1,7 @@
 """The end-of-run verdict: one line per task/dataset, and a warning block for answers not to trust.
 
-A run can finish with an F1 that hides many parse failures, truncated answers, empty answers or
-answers served by another model. The verdict names each dataset where one of those shares
+A run can finish with an F1 that hides many parse failures, truncated answers, empty answers,
+refusals or answers served by another model or provider. The verdict names each dataset where one of those shares
 exceeds ``warn_rate`` (conf/config.yaml, default 5%), so the reader sees it at the end of the log.
 """
 
@@ -14,7 +14,9 @@ WATCHED = (
     ("parse_failure_rate", "parse failures"),
     ("truncated_rate", "truncated answers"),
     ("empty_answer_rate", "empty answers"),
+    ("refusal_rate", "refusals"),
     ("served_model_mismatch_rate", "served-model mismatches"),
+    ("served_provider_mismatch_rate", "served-provider mismatches"),
 )
 
 

@@ -17,9 +17,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from src.billing.ledger import Budget, budget_problem, read_ledger, reserve, spent, usd
+from src.billing.prices import MODES, Price, model_price
 from src.data.schema import write_records
 from src.plan import expand, main as plan_main, sweep_configurations
-from src.pricing import Budget, Price, budget_problem, model_price, read_ledger, record_spend, spent, usd
 from src.run_checks import ConfigError
 from tests.helpers.openai_server import FakeOpenAIServer
 from tests.helpers.paths import REPO_ROOT
@@ -126,7 +127,13 @@ def test_a_multirun_is_planned_per_combination(workspace: Path, capsys):
     assert plan["total"]["ceiling_cost_usd"] == pytest.approx(
         sum(c["ceiling_cost_usd"] for c in plan["configurations"][:2])
     )
-    assert printed.count("\n") == 5 and printed.splitlines()[-1].startswith("total: 12 requests")
+    lines = printed.splitlines()
+    assert len(lines) == 9 and lines[4].startswith("total: 12 requests")
+    # per mode for the total: qwen25_7b has no batch or flex price, so the list price stands in
+    assert lines[5].startswith("by mode") and [line.split(":")[0].strip() for line in lines[6:]] == list(MODES)
+    sync_cost = usd(plan["total"]["ceiling_cost_usd"])
+    assert lines[6].startswith(f"  sync: cost at most {sync_cost}; wait: at most")
+    assert lines[7].startswith(f"  batch: cost at most {sync_cost} (the list price stands in") and "24 h" in lines[7]
 
 
 def test_expand_follows_hydra_multirun_order():
@@ -212,31 +219,49 @@ def test_a_sweep_ledger_counts_what_earlier_runs_spent(workspace: Path, capsys):
 
 
 def test_budget_arithmetic_and_bad_values(tmp_path: Path):
-    plan = {"configuration": "m-D", "to_send": 10, "ceiling_cost_usd": 0.5}
     none = {"cost_usd": 0.0, "requests": 0, "runs": 0}
-    assert budget_problem(Budget(max_cost_usd=0.5), plan, none) is None
-    assert "would cost $0.5 (10 requests)" in budget_problem(Budget(max_cost_usd=0.49), plan, none)
-    assert budget_problem(Budget(max_requests=10), plan, none) is None
-    assert "6 remain of budget.max_requests=10" in budget_problem(
-        Budget(max_requests=10), plan, {**none, "requests": 4}
-    )
-    assert "without a price" in budget_problem(Budget(max_cost_usd=5), {**plan, "ceiling_cost_usd": None}, none)
-    assert budget_problem(Budget(max_cost_usd=0), {**plan, "to_send": 0, "ceiling_cost_usd": 0.0}, none) is None
+
+    def problem(budget, ceiling=0.5, to_send=10, settled=none, reserved_cost=0.0, reserved_requests=0):
+        return budget_problem(budget, "m-D", ceiling, to_send, settled, reserved_cost, reserved_requests)
+
+    assert problem(Budget(max_cost_usd=0.5)) is None
+    assert "would cost $0.5 (10 requests)" in problem(Budget(max_cost_usd=0.49))
+    assert "$0.1 reserved by runs in progress" in problem(Budget(max_cost_usd=0.5), reserved_cost=0.1)
+    assert problem(Budget(max_requests=10)) is None
+    assert "6 remain of budget.max_requests=10" in problem(Budget(max_requests=10), settled={**none, "requests": 4})
+    assert "2 reserved by runs in progress" in problem(Budget(max_requests=10), reserved_requests=2)
+    assert "without a price" in problem(Budget(max_cost_usd=5), ceiling=None)
+    assert problem(Budget(max_cost_usd=0), ceiling=0.0, to_send=0) is None
 
     ledger = Budget(ledger="s", ledger_file=tmp_path / "spend.json")
-    record_spend(ledger, "a-I", {"cost_usd": 0.25, "requests": 3, "attempts": 4})
-    record_spend(ledger, "a-D", {"cost_usd": 0.5, "requests": 2, "attempts": 2})
-    record_spend(Budget(ledger="other", ledger_file=ledger.ledger_file), "b-I", {"cost_usd": 9, "requests": 9})
-    assert spent(ledger) == {"cost_usd": 0.75, "requests": 5, "runs": 2}
+    for name, spend in (
+        ("a-I", {"cost_usd": 0.25, "requests": 3, "attempts": 4}),
+        ("a-D", {"cost_usd": 0.5, "requests": 2}),
+    ):
+        reserve(ledger, name, 1.0, 5).settle(spend)
+    reserve(Budget(ledger="other", ledger_file=ledger.ledger_file), "b-I", 9, 9).settle({"cost_usd": 9, "requests": 9})
+    assert spent(ledger) == {
+        "cost_usd": 0.75,
+        "requests": 5,
+        "runs": 2,
+        "reserved_cost_usd": 0.0,
+        "reserved_requests": 0,
+    }
     (tmp_path / "spend.json").write_text("[1, 2]")
     with pytest.raises(ConfigError, match="not a spend ledger"):
         spent(ledger)
 
     from omegaconf import OmegaConf
 
-    from src.pricing import budget_from_config
+    from src.runs.configure import budget_from_config
 
-    for bad in ({"max_cost_usd": -1}, {"max_cost_usd": "ten"}, {"max_requests": 1.5}, {"ledger": ""}):
+    for bad in (
+        {"max_cost_usd": -1},
+        {"max_cost_usd": "ten"},
+        {"max_requests": 1.5},
+        {"ledger": ""},
+        {"stale_after_s": 0},
+    ):
         with pytest.raises(ConfigError, match="budget."):
             budget_from_config(OmegaConf.create({"budget": bad}))
     dvc_nulls = budget_from_config(OmegaConf.create({"budget": dict.fromkeys(("max_cost_usd", "ledger"), "None")}))
@@ -246,6 +271,28 @@ def test_budget_arithmetic_and_bad_values(tmp_path: Path):
     assert model_price(OmegaConf.create({"model": {"backend": "openai"}})) is None
     with pytest.raises(ConfigError, match="model.price.output_per_mtok"):
         model_price(OmegaConf.create({"model": {"backend": "openai", "price": {"input_per_mtok": 1}}}))
+    with pytest.raises(ConfigError, match="model.price.batch.input_per_mtok"):
+        model_price(
+            OmegaConf.create(
+                {"model": {"backend": "openai", "price": {"input_per_mtok": 1, "output_per_mtok": 2, "batch": {}}}}
+            )
+        )
+    priced = model_price(
+        OmegaConf.create(
+            {
+                "model": {
+                    "backend": "openai",
+                    "price": {
+                        "input_per_mtok": 2,
+                        "output_per_mtok": 8,
+                        "batch": {"input_per_mtok": 1, "output_per_mtok": 4},
+                    },
+                }
+            }
+        )
+    )
+    assert priced.for_mode("batch").cost(1e6, 1e6) == 5.0 and not priced.for_mode("batch").fallback
+    assert priced.for_mode("flex").cost(1e6, 1e6) == 10.0 and priced.for_mode("flex").fallback
 
 
 def test_a_llamacpp_model_counts_completion_prompts_with_its_own_vocabulary():
@@ -255,7 +302,7 @@ def test_a_llamacpp_model_counts_completion_prompts_with_its_own_vocabulary():
 
     from src.backends.base import ChatRequest
     from src.backends.llamacpp_backend import LlamaCppBackend
-    from src.pricing import token_counter
+    from src.billing.prices import token_counter
 
     model = OmegaConf.load(REPO_ROOT / "conf/model/smollm2_135m.yaml")
     counter = token_counter(OmegaConf.create({"model": model}))

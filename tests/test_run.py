@@ -253,7 +253,7 @@ def test_each_dataset_is_an_mlflow_input_with_its_dvc_hash(workspace: Path):
 
 
 def test_max_input_words_leaves_out_longer_inputs_before_the_limit_subset(tmp_path: Path):
-    from src.run import planned_records
+    from src.runs.configure import planned_records
 
     path = tmp_path / "len.jsonl"
     texts = {"short": "One two three .", "middle": "One two three four five six .", "long": "word " * 40 + "."}
@@ -267,7 +267,7 @@ def test_documents_have_their_own_generation_budget():
     from omegaconf import OmegaConf
 
     from src.prompts import get_strategy
-    from src.run import generation_budget
+    from src.runs.prompted import generation_budget
 
     strategy = get_strategy("A")
     cfg = OmegaConf.create({"generation": {"max_tokens": 48, "max_tokens_document": "None"}})
@@ -284,7 +284,7 @@ def test_abductive_answers_get_the_reasoning_allowance_on_top():
     from omegaconf import OmegaConf
 
     from src.prompts import get_strategy
-    from src.run import generation_budget
+    from src.runs.prompted import generation_budget
 
     cfg = OmegaConf.create({"generation": {"max_tokens": 64, "max_tokens_document": 160, "max_tokens_reasoning": 88}})
     assert generation_budget(cfg, get_strategy("A"), "base") == 64 + 88

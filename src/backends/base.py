@@ -14,6 +14,7 @@ from typing import Protocol, runtime_checkable
 from tqdm.auto import tqdm
 
 from src.backends.repeats import path_key
+from src.billing.bill import Bill
 
 ROLES = ("system", "user", "assistant")
 
@@ -102,6 +103,9 @@ class GenerationResult:
             ``provider``; :mod:`src.backends.served`); empty for local backends.
         attempts: requests sent to the model for this answer, retries included (billed
             attempts: the run's usage counts them); 0 for a cached answer.
+        refusal: the model's refusal (``message.refusal``): its answer, with ``text`` empty.
+        bill: what the attempts of this request cost (:class:`~src.billing.bill.Bill`), every
+            billed attempt counted; None where the backend has no bill (a local model, the cache).
     """
 
     request: ChatRequest
@@ -113,6 +117,8 @@ class GenerationResult:
     finish_reason: str | None = None
     served: dict = field(default_factory=dict)
     attempts: int = 1
+    refusal: str | None = None
+    bill: Bill | None = None
 
     @property
     def ok(self) -> bool:
@@ -121,8 +127,9 @@ class GenerationResult:
 
     @property
     def empty(self) -> bool:
-        """True for an answer that is empty or only whitespace (the model's own, after retries)."""
-        return self.ok and not self.text.strip()
+        """True for an answer that is empty or only whitespace (the model's own, after retries);
+        a refusal is not empty, it is a refusal."""
+        return self.ok and not self.text.strip() and self.refusal is None
 
 
 ResultCallback = Callable[[int, GenerationResult], None]

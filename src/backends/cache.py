@@ -107,6 +107,7 @@ def entry_problem(entry: object) -> str | None:
         "latency_s": lambda v: v is None or _is_number(v),
         "finish_reason": lambda v: v is None or isinstance(v, str),
         "served": lambda v: v is None or (isinstance(v, dict) and all(isinstance(x, str) for x in v.values())),
+        "refusal": lambda v: v is None or isinstance(v, str),
         "created": lambda v: v is None or _is_number(v),
         "checksum": lambda v: v is None or isinstance(v, str),
     }
@@ -177,8 +178,10 @@ class ResponseCache:
         latency_s: float,
         finish_reason: str | None = None,
         served: dict | None = None,
+        refusal: str | None = None,
     ) -> None:
-        """Store an answer atomically (temp file + ``os.replace``); refuses anything but an answer."""
+        """Store an answer atomically (temp file + ``os.replace``); refuses anything but an answer.
+        ``refusal``: the model's refusal, kept only when set (older entries stay as they are)."""
         if not isinstance(text, str):
             raise TypeError(f"cache entry {key}: text must be a string, got {type(text).__name__}")
         if finish_reason in NOT_ANSWER_FINISH_REASONS:
@@ -194,6 +197,8 @@ class ResponseCache:
             "served": dict(served or {}),
             "created": time.time(),
         }
+        if refusal is not None:
+            entry["refusal"] = refusal
         entry = json.loads(json.dumps(entry))  # the checksum covers what a reader will load
         entry["checksum"] = entry_checksum(entry)
         descriptor, temp_name = tempfile.mkstemp(prefix=f".{key[:8]}-", suffix=".tmp", dir=path.parent)
@@ -267,6 +272,7 @@ class CachedBackend:
                 finish_reason=_finish_reason_of(entry),
                 served=dict(entry.get("served") or {}),
                 attempts=0,
+                refusal=entry.get("refusal"),
             )
             results.finish(position, hit)
 
@@ -294,6 +300,7 @@ class CachedBackend:
                     result.latency_s,
                     result.finish_reason,
                     result.served,
+                    result.refusal,
                 )
             for position in owners[sent_index]:
                 own = result if requests[position] is result.request else _for_request(result, requests[position])
@@ -329,7 +336,7 @@ def _is_answer(result: GenerationResult) -> bool:
         return False
     if result.finish_reason in NOT_ANSWER_FINISH_REASONS:
         return False
-    return bool(result.text.strip()) or result.finish_reason in ("stop", "length")
+    return bool(result.text.strip()) or result.refusal is not None or result.finish_reason in ("stop", "length")
 
 
 def _for_request(result: GenerationResult, request: ChatRequest) -> GenerationResult:
@@ -343,7 +350,8 @@ def _for_request(result: GenerationResult, request: ChatRequest) -> GenerationRe
         cached=result.cached,
         finish_reason=result.finish_reason,
         served=dict(result.served),
-        attempts=0,  # the first copy carries what was sent
+        attempts=0,  # the first copy carries what was sent (and its bill)
+        refusal=result.refusal,
     )
 
 

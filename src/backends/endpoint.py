@@ -5,7 +5,9 @@ a run, a multirun or a profile without editing model files: it sets ``base_url``
 ``api_key_env``, maps each model file's ``name`` to the id the provider serves it under
 (``model_ids``; null keeps each file's own ``model_id``; ``served_model`` is the id for a model
 the map does not name, e.g. the one model a local server serves), and may set backend options
-of its own (``options``, e.g. ``schema_format: auto``), which win over the model file's.
+of its own (``options``, e.g. ``schema_format: auto``), which win over the model file's, and
+OpenRouter's ``routing`` keys, added under each model file's own (a provider whose ``routing``
+is null, a self-hosted server, sends none: :mod:`src.backends.routing`).
 Local backends (llama.cpp, transformers) ignore it. The endpoint and id enter the response
 cache key through the backend (``base_url`` in its cache identity, ``model_id`` in every key),
 so answers from different providers never mix.
@@ -14,6 +16,8 @@ so answers from different providers never mix.
 from __future__ import annotations
 
 from typing import Any
+
+from src.backends.routing import merged_routing
 
 API_BACKENDS = ("openai",)  # backends that talk to an endpoint a provider can redirect
 
@@ -53,6 +57,10 @@ def resolve_endpoint(model_cfg: dict[str, Any], provider_cfg: dict[str, Any] | N
         raise EndpointError(f"provider {provider}: base_url is empty")
     options.update(base_url=str(provider_cfg["base_url"]), api_key_env=provider_cfg.get("api_key_env"))
     options.update(provider_cfg.get("options") or {})
+    # a provider without routing (a self-hosted server) sends none; one with routing adds its keys
+    # under the model's own (which say what the model file bought)
+    routing = provider_cfg.get("routing")
+    options["routing"] = None if routing is None else merged_routing(routing, options.get("routing"))
     return served, options
 
 

@@ -4,23 +4,28 @@ Requests run concurrently on one event loop, bounded by a semaphore; the ``opena
 retries are disabled so that retrying follows :mod:`src.backends.retry` (backoff with full jitter,
 ``Retry-After`` honoured, and a rate limit pauses every request, not only the one that hit it).
 The API key is read from an environment variable named in the config and never appears in a
-message, log line, repr or result (nor any 4+ character piece of it, which servers like to echo).
+message, log line, repr or result (nor any 4+ character piece of it, which servers like to echo;
+:mod:`src.backends.openai_keys`).
 
-A response is an answer only when its first choice has text (a string, or a list of text parts,
-which is joined) that is not blank, and the provider did not end it with ``finish_reason``
-``error`` or ``content_filter``. Null or missing content, a choice without a message, no
-choices, a body that is not JSON (truncated, HTML), a 200 carrying an ``error`` object and a
-blank or errored answer are transient failures, retried like a 5xx. A reply that stays blank
-through every retry is the model's own (empty) answer only when each of those replies said
+What a reply means is :mod:`src.backends.openai_reply`'s: an answer (content, a refusal, a tool
+call's arguments, an event stream joined) or a fault, retried like a 5xx. A reply that stays
+blank through every retry is the model's own (empty) answer only when each of those replies said
 ``finish_reason: stop``; otherwise the request fails with that cause. What retrying cannot heal
-(a body that does not decode, a JSON structure of the wrong types) is retried once, and the
-failure names it. ``finish_reason: length`` is the model's answer cut by its budget, except
-when the provider reports fewer completion tokens than ``max_tokens``: then the provider cut it
-short, and it is retried. 401/403 fail at once with a message naming the key variable, and stop the
-other requests of the call.
+(a body that does not decode, a structure of the wrong types, several choices) is retried once,
+and the failure names it. ``finish_reason: length`` is the model's answer cut by its budget,
+except when the provider reports fewer completion tokens than ``max_tokens``: then the provider
+cut it short, and it is retried. 401/403 fail at once with a message naming the key variable,
+and stop the other requests of the call. When ``stop_after_same_fault`` attempts in a row (over
+more than one request) fail the same way, the call stops there with one line naming the fault,
+instead of retrying every instance.
+
+Every attempt is admitted and priced by the run's :class:`~src.billing.meter.Meter`: the cap
+holds attempt by attempt, and every billed attempt (also one that was then retried) is counted;
+each result carries its request's :class:`~src.billing.bill.Bill`.
 
 Every answer carries what the provider said it served (:mod:`src.backends.served`); with
-``on_model_mismatch: fail`` an answer from another model is retried and then fails instead.
+``on_model_mismatch: fail`` an answer from another model, or from a provider outside the pinned
+``routing`` (:mod:`src.backends.routing`), is retried and then fails instead.
 
 How many attempts are in flight adapts to the server (:mod:`src.backends.concurrency`: halved
 on a timeout, 429 or 503, grown by one after a window of successes; ``concurrency_stats``),
@@ -29,22 +34,23 @@ be queued ahead of it (``min_tokens_per_s``). A server that refuses the structur
 (400/422/500 naming ``response_format``) is not retried as a server fault: ``schema_format:
 auto`` falls back to the next form once for the whole backend and resends the request (not
 counted as an attempt); any other ``schema_format`` fails with one message saying so.
+
+``mode: batch`` sends the call through the Batch API instead (:mod:`src.backends.openai_batch`),
+``mode: flex`` synchronously at OpenAI's flex service tier.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
-import json
 import logging
-import os
 import random
 import ssl
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -62,43 +68,43 @@ from src.backends.concurrency import (
     ConcurrencyStats,
     attempt_timeout,
 )
+from src.backends.openai_body import FALLBACK, FIRST_FORM, FORMS, SCHEMA_FORMATS, request_body
+from src.backends.openai_keys import (
+    KeyHostMismatchError,
+    MissingAPIKeyError,
+    host_within,
+    key_for,
+    scrubbed,
+)
 from src.backends.openai_reply import (
     FAILED_FINISH_REASONS,
     FormatRefused,
     NeverHeals,
     NotAnAnswer,
+    Reply,
     RetryableError,
     decoding_error,
     is_format_refusal,
     parse_completion,
 )
 from src.backends.repeats import cut_at_repeat
-from src.backends.retry import (
-    RetryPolicy,
-    is_auth_status,
-    is_retryable_status,
-    parse_retry_after,
-)
+from src.backends.retry import RetryPolicy, is_auth_status, is_retryable_status, parse_retry_after
+from src.backends.routing import checked_routing, provider_mismatch
 from src.backends.served import ON_MISMATCH, is_mismatch
-from src.redact import redact_uris, without_userinfo
+from src.billing.bill import Bill, BilledReply
+from src.billing.meter import Admission, Meter
+from src.redact import without_userinfo
+
+__all__ = ["KeyHostMismatchError", "MissingAPIKeyError", "NEVER_HEALS_RETRIES", "OpenAIBackend", "SCHEMA_FORMATS"]
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_BASE_URL = "https://openrouter.ai/api/v1"
 DEFAULT_API_KEY_ENV = "OPENROUTER_API_KEY"
-PROVIDER_KEY_HOSTS = {"OPENROUTER_API_KEY": "openrouter.ai", "OPENAI_API_KEY": "api.openai.com"}
-MIN_SECRET_PIECE = 4  # shortest prefix/suffix of the key scrubbed from messages
 CONNECTIONS_PER_CLIENT = 8
-PLACEHOLDER_KEY = "EMPTY"  # what local servers (vLLM, llama.cpp) accept when they check no key
 NEVER_HEALS_RETRIES = 1  # retries of a fault that repeating cannot fix (undecodable body, wrong types)
-
-
-class MissingAPIKeyError(RuntimeError):
-    """The environment variable that should hold the API key is unset or empty."""
-
-
-class KeyHostMismatchError(ValueError):
-    """A provider's key variable was pointed at another host."""
+MODES = ("sync", "batch", "flex")
+RESEND = object()  # an attempt to send again at once, not counted (a refused schema form under auto)
 
 
 class _AuthError(Exception):
@@ -111,8 +117,8 @@ class OpenAIBackend:
     Args:
         model_id: the provider's model name, e.g. ``qwen/qwen3-235b-a22b-2507``.
         base_url: endpoint root (``.../v1``).
-        api_key_env: name of the environment variable holding the key (see "Which key goes
-            where"); None or empty = no key.
+        api_key_env: name of the environment variable holding the key
+            (:mod:`src.backends.openai_keys`); None or empty = no key.
         require_api_key: None = required unless ``base_url`` is a loopback address.
         max_concurrency: most requests in flight at once (the start of the adaptive bound).
         timeout_s: limit on one attempt (the least one; see ``min_tokens_per_s``).
@@ -121,15 +127,16 @@ class OpenAIBackend:
             for every request that may be queued ahead of it; None = ``timeout_s`` alone.
         max_retries, backoff_base_s, backoff_max_s: see :class:`RetryPolicy`.
         extra_headers: sent with every request (e.g. OpenRouter's ``HTTP-Referer``).
-        extra_body: extra JSON fields (e.g. OpenRouter ``provider`` routing); part of the cache key.
+        extra_body: extra JSON fields; part of the cache key.
         request_cost: ask for ``usage.cost`` with OpenRouter's ``usage: {include: true}`` (now
             documented as always on and the flag as a no-op; sent for deployments that still
             need it); None = only when the host is openrouter.ai, as other servers may reject
             the field. ``usage.cost`` is recorded whenever a response carries it.
         seed: seeds the retry jitter (not the model; each request carries its own seed).
-        on_model_mismatch: ``warn`` keeps an answer whose served ``model`` is another model
-            (the run counts and reports it); ``fail`` retries it and then fails the request, so
-            nothing from another model is cached. Not part of the cache key.
+        on_model_mismatch: ``warn`` keeps an answer whose served ``model`` is another model, or
+            whose provider is outside ``routing`` (the run counts and reports it); ``fail``
+            retries it and then fails the request, so nothing from another model is cached.
+            Not part of the cache key.
         schema_format: how a request's JSON schema is sent: ``json_schema`` (OpenAI's
             structured outputs, accepted by vLLM and OpenRouter; ``strict`` is the same form,
             named for runs that must fail rather than fall back), ``json_object`` (llama.cpp's
@@ -138,14 +145,17 @@ class OpenAIBackend:
             ``json_object``, then ``none``, moving on once for the whole backend when the
             server refuses a form (``schema_form_used`` says which answered). Part of the
             cache key (``auto`` as ``auto``: the same endpoint always settles on the same form).
-
-    Which key goes where: a provider's own variable (``OPENROUTER_API_KEY`` -> openrouter.ai,
-    ``OPENAI_API_KEY`` -> api.openai.com, see ``PROVIDER_KEY_HOSTS``) is only ever sent to
-    that host or its subdomains. Overriding ``base_url`` of such a model sends a loopback
-    server the placeholder key instead, and any other host is refused
-    (:class:`KeyHostMismatchError`) until ``api_key_env`` names a variable of its own (or is
-    null). A variable that is not a provider's (``VLLM_API_KEY``, a test's) is the explicit
-    choice of whoever wrote the config and goes to whatever ``base_url`` says.
+        routing: OpenRouter's ``provider`` object (:mod:`src.backends.routing`); part of the
+            cache key when set.
+        mode: ``sync`` (one request per answer), ``batch`` (the Batch API, about half price,
+            answers within ``batch_completion_window``) or ``flex`` (OpenAI's ``service_tier:
+            flex``, about half price, slower). Not part of the cache key: the same model answers.
+        stop_after_same_fault: stop the call when this many attempts in a row, over more than
+            one request, failed the same way (a reply fault or a non-overload HTTP error);
+            None = never stop early.
+        batch_poll_s, batch_completion_window, batch_max_requests, batch_rounds: the Batch API's
+            poll interval, completion window, most requests per batch, and how many more
+            batches a request that failed in one gets before the synchronous path answers it.
     """
 
     name = "openai"
@@ -168,6 +178,13 @@ class OpenAIBackend:
         seed: int = 0,
         schema_format: str = "json_schema",
         on_model_mismatch: str = "warn",
+        routing: dict[str, Any] | None = None,
+        mode: str = "sync",
+        stop_after_same_fault: int | None = 20,
+        batch_poll_s: float = 30.0,
+        batch_completion_window: str = "24h",
+        batch_max_requests: int = 50_000,
+        batch_rounds: int = 1,
     ) -> None:
         if not model_id:
             raise ValueError("openai backend: model_id is required")
@@ -177,6 +194,16 @@ class OpenAIBackend:
             raise ValueError(f"openai backend: timeout_s must be > 0, got {timeout_s}")
         if min_tokens_per_s is not None and min_tokens_per_s <= 0:
             raise ValueError(f"openai backend: min_tokens_per_s must be > 0 or null, got {min_tokens_per_s}")
+        if schema_format not in SCHEMA_FORMATS:
+            raise ValueError(f"openai backend: schema_format must be one of {SCHEMA_FORMATS}, got {schema_format!r}")
+        if on_model_mismatch not in ON_MISMATCH:
+            raise ValueError(
+                f"openai backend: on_model_mismatch must be one of {ON_MISMATCH}, got {on_model_mismatch!r}"
+            )
+        if mode not in MODES:
+            raise ValueError(f"openai backend: mode must be one of {MODES}, got {mode!r}")
+        if stop_after_same_fault is not None and stop_after_same_fault < 2:
+            raise ValueError(f"openai backend: stop_after_same_fault must be >= 2 or null, got {stop_after_same_fault}")
         self.model_id = model_id
         self.base_url = base_url.rstrip("/")
         self.api_key_env = api_key_env
@@ -188,62 +215,42 @@ class OpenAIBackend:
         self.extra_headers = dict(extra_headers or {})
         self.extra_body = dict(extra_body or {})
         host = (urlsplit(self.base_url).hostname or "").lower().rstrip(".")
-        self.request_cost = _host_within(host, "openrouter.ai") if request_cost is None else request_cost
+        self.request_cost = host_within(host, "openrouter.ai") if request_cost is None else request_cost
         self.seed = seed
-        if schema_format not in SCHEMA_FORMATS:
-            raise ValueError(f"openai backend: schema_format must be one of {SCHEMA_FORMATS}, got {schema_format!r}")
         self.schema_format = schema_format
         self.schema_form = FIRST_FORM.get(schema_format, schema_format)  # the form sent now
         self.schema_forms_answered: Counter[str] = Counter()  # form -> answers to requests with a schema
         self.format_refusals = 0  # requests resent in a fallback form (auto), not counted as attempts
         self._form_settled = False  # a request with a schema has been sent and answered in the current form
-        if on_model_mismatch not in ON_MISMATCH:
-            raise ValueError(
-                f"openai backend: on_model_mismatch must be one of {ON_MISMATCH}, got {on_model_mismatch!r}"
-            )
         self.on_model_mismatch = on_model_mismatch
-        self.__api_key = self._key_for(host, require_api_key)
+        self.routing = checked_routing(routing, "model.options.routing")
+        self.mode = mode
+        self.stop_after_same_fault = stop_after_same_fault
+        self.batch_poll_s = float(batch_poll_s)
+        self.batch_completion_window = batch_completion_window
+        self.batch_max_requests = int(batch_max_requests)
+        self.batch_rounds = int(batch_rounds)
+        self.batch_dir: Path | None = None  # where batch ids are kept (the run sets it beside the cache)
+        self.meter = Meter()  # the run replaces it with one that knows the price and the cap
+        self.stop_reason: str | None = None  # why the last call stopped early (budget, a repeated fault, a key)
+        self.__api_key = key_for(api_key_env, self.base_url, host, require_api_key)
         self._tls: ssl.SSLContext | None = None
-
-    def _key_for(self, host: str, require_api_key: bool | None) -> str:
-        """The key this host may receive (class docstring: "Which key goes where")."""
-        provider_host = PROVIDER_KEY_HOSTS.get(self.api_key_env or "")
-        if provider_host and not _host_within(host, provider_host):
-            if is_loopback(host) and not require_api_key:
-                return PLACEHOLDER_KEY
-            raise KeyHostMismatchError(
-                f"openai backend: refusing to send {self.api_key_env} to {host or self.base_url}: that "
-                f"key belongs to {provider_host}; set api_key_env to the variable holding this "
-                f"server's own key (or null for a server that needs none)"
-            )
-        needs_key = not is_loopback(host) if require_api_key is None else require_api_key
-        return self._read_key(needs_key)
-
-    def _read_key(self, needs_key: bool) -> str:
-        key = os.environ.get(self.api_key_env, "").strip() if self.api_key_env else ""
-        if key:
-            return key
-        if needs_key:
-            raise MissingAPIKeyError(
-                f"openai backend: no API key for {without_userinfo(self.base_url)}: set the environment variable "
-                f"{self.api_key_env or '(api_key_env is empty)'} (or point base_url at a local "
-                f"server such as vLLM on localhost, which needs no key)"
-            )
-        return PLACEHOLDER_KEY
 
     def __repr__(self) -> str:
         return (
             f"OpenAIBackend(model_id={self.model_id!r}, base_url={without_userinfo(self.base_url)!r}, "
-            f"api_key_env={self.api_key_env!r}, max_concurrency={self.max_concurrency})"
+            f"api_key_env={self.api_key_env!r}, max_concurrency={self.max_concurrency}, mode={self.mode!r})"
         )
 
     def cache_identity(self) -> dict:
-        """The endpoint and extra body fields: the same model id elsewhere may answer differently."""
+        """The endpoint, extra body fields and routing: the same model id elsewhere may answer differently."""
         # Without user-info: a credential in the URL does not change the answer, and the identity
         # is written into every cache entry (unchanged for every URL without one).
-        identity = {"base_url": without_userinfo(self.base_url), "extra_body": self.extra_body}
+        identity: dict[str, Any] = {"base_url": without_userinfo(self.base_url), "extra_body": self.extra_body}
         if self.schema_format not in ("json_schema", "strict"):  # so existing cache keys stay valid
             identity["schema_format"] = self.schema_format
+        if self.routing:  # likewise: only pinned runs carry it
+            identity["routing"] = self.routing
         return identity
 
     @property
@@ -256,14 +263,26 @@ class OpenAIBackend:
         return "+".join(form for form in FORMS if form in self.schema_forms_answered)
 
     def _redact(self, text: str) -> str:
-        """``text`` without the key or any prefix/suffix of it of MIN_SECRET_PIECE+ characters."""
-        text = redact_uris(text)
-        key = self.__api_key
-        if not key or key == PLACEHOLDER_KEY:
-            return text
-        for length in range(len(key), MIN_SECRET_PIECE - 1, -1):
-            text = text.replace(key[:length], "***").replace(key[-length:], "***")
-        return text
+        return scrubbed(text, self.__api_key)
+
+    @property
+    def sync_mode(self) -> str:
+        """The price of a request sent one by one: flex in flex mode, else the list price (also
+        for the requests a batch run answers synchronously)."""
+        return "flex" if self.mode == "flex" else "sync"
+
+    def body(self, request: ChatRequest, form: str | None = None) -> tuple[str, dict[str, Any]]:
+        """(endpoint path, JSON body) of ``request`` as this backend sends it."""
+        tier = "flex" if self.mode == "flex" else None
+        return request_body(
+            self.model_id,
+            request,
+            self.schema_form if form is None else form,
+            self.extra_body,
+            self.request_cost,
+            self.routing,
+            tier,
+        )
 
     def attempt_timeout(self, max_tokens: int, bound: int) -> float:
         """Seconds one attempt may take (:func:`src.backends.concurrency.attempt_timeout`)."""
@@ -285,11 +304,17 @@ class OpenAIBackend:
     def generate(
         self, requests: Sequence[ChatRequest], progress: str | None = None, on_result: ResultCallback | None = None
     ) -> list[GenerationResult]:
-        """Send all requests concurrently; blocks until every one succeeded or gave up."""
+        """Send all requests (or batch them); blocks until every one succeeded or gave up."""
         requests = list(requests)
         if not requests:
             return []
-        coroutine_factory = lambda: self._generate_all(requests, progress, on_result)  # noqa: E731
+        self.stop_reason = None
+        if self.mode == "batch":
+            from src.backends.openai_batch import BatchCall  # the Batch API: only batch runs need it
+
+            coroutine_factory = lambda: BatchCall(self, requests, progress, on_result).run()  # noqa: E731
+        else:
+            coroutine_factory = lambda: self._generate_all(requests, progress, on_result)  # noqa: E731
         try:
             asyncio.get_running_loop()
         except RuntimeError:
@@ -301,23 +326,11 @@ class OpenAIBackend:
     async def _generate_all(
         self, requests: list[ChatRequest], progress: str | None, on_result: ResultCallback | None
     ) -> list[GenerationResult]:
-        # Several small clients instead of one big one: httpcore's pool scans every connection
-        # for every active request on each event, which costs more CPU than the requests
-        # themselves at a few dozen connections; pools of CONNECTIONS_PER_CLIENT keep it cheap.
-        sizes = [CONNECTIONS_PER_CLIENT] * (self.max_concurrency // CONNECTIONS_PER_CLIENT)
-        if self.max_concurrency % CONNECTIONS_PER_CLIENT:
-            sizes.append(self.max_concurrency % CONNECTIONS_PER_CLIENT)
-        clients = [self._client(size) for size in sizes]
-        limit = AdaptiveLimit(self.max_concurrency, self.concurrency_stats)  # goes on where the last call ended
-        self.concurrency_stats = limit.stats
-        state = _LoopState(clients, sizes, random.Random(self.seed), limit)
         results = OrderedResults(len(requests), on_result)
         failures = 0
         bar = tqdm(total=len(requests), desc=progress, unit="req", disable=progress is None)
         try:
-            async with contextlib.AsyncExitStack() as stack:
-                for client in clients:
-                    await stack.enter_async_context(client)
+            async with self.session() as state:
                 tasks = [asyncio.ensure_future(self._indexed(i, request, state)) for i, request in enumerate(requests)]
                 try:
                     for next_done in asyncio.as_completed(tasks):
@@ -334,7 +347,29 @@ class OpenAIBackend:
             bar.close()
         return results.as_list()
 
-    def _client(self, connections: int) -> openai.AsyncOpenAI:
+    @contextlib.asynccontextmanager
+    async def session(self):
+        """The clients and shared state of one call (also the batch path's synchronous fallback)."""
+        # Several small clients instead of one big one: httpcore's pool scans every connection
+        # for every active request on each event, which costs more CPU than the requests
+        # themselves at a few dozen connections; pools of CONNECTIONS_PER_CLIENT keep it cheap.
+        sizes = [CONNECTIONS_PER_CLIENT] * (self.max_concurrency // CONNECTIONS_PER_CLIENT)
+        if self.max_concurrency % CONNECTIONS_PER_CLIENT:
+            sizes.append(self.max_concurrency % CONNECTIONS_PER_CLIENT)
+        clients = [self.client(size) for size in sizes]
+        limit = AdaptiveLimit(self.max_concurrency, self.concurrency_stats)  # goes on where the last call ended
+        self.concurrency_stats = limit.stats
+        state = _LoopState(clients, sizes, random.Random(self.seed), limit, self.stop_after_same_fault)
+        async with contextlib.AsyncExitStack() as stack:
+            for client in clients:
+                await stack.enter_async_context(client)
+            try:
+                yield state
+            finally:
+                self.stop_reason = self.stop_reason or state.stop_error
+
+    def client(self, connections: int) -> openai.AsyncOpenAI:
+        """A client holding the key (which never leaves this backend otherwise)."""
         if self._tls is None:  # building one costs ~50 ms: once per backend, not per client
             self._tls = httpx.create_ssl_context()
         limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
@@ -348,9 +383,9 @@ class OpenAIBackend:
         )
 
     async def _indexed(self, index, request, state) -> tuple[int, GenerationResult]:
-        return index, await self._generate_one(request, state)
+        return index, await self.generate_one(request, state)
 
-    async def _generate_one(self, request: ChatRequest, state: _LoopState) -> GenerationResult:
+    async def generate_one(self, request: ChatRequest, state: _LoopState) -> GenerationResult:
         """The first request with a schema goes alone, so that a server refusing the form
         refuses it once, not once per request in flight; the rest follow in the settled form."""
         if request.response_schema is None or self.schema_form == "none" or self._form_settled:
@@ -367,95 +402,103 @@ class OpenAIBackend:
         """Attempts with retries; returns a failed result instead of raising.
 
         One attempt at a time: a timed-out attempt is cancelled (its connection closed) before
-        the next starts. A form refusal under ``auto`` resends at once in the fallback form,
-        without counting an attempt.
+        the next starts. Each attempt is admitted by the meter first (the cap) and priced after.
         """
-        last_error = ""
-        never_heals = 0  # replies that retrying cannot fix, seen so far
-        blank_answers: list[tuple | None] = []  # per not-an-answer reply: its blank "stop" answer or None
-        last_not_answer: NotAnAnswer | None = None
-        attempts = 0
-        attempt = 0  # retries so far
+        tally = _Tally(request)
         while True:
             await state.wait_for_rate_limit()
-            async with state.limit.slot() as ticket, state.slot() as client:
-                if state.stop_error:  # the server rejected the key or the form: do not keep sending
-                    return GenerationResult(request, None, error=state.stop_error)
-                started = time.perf_counter()
-                form = self.schema_form
-                outcome = NEUTRAL  # what the attempt says about the server's load
-                try:
-                    text, finish_reason, usage, served = await self._attempt(request, client, form, state.limit.limit)
-                    state.limit.record(ticket, SUCCESS)
-                    if request.response_schema is not None:
-                        self.schema_forms_answered[form] += 1
-                    return GenerationResult(
-                        request,
-                        text,
-                        usage=usage,
-                        latency_s=time.perf_counter() - started,
-                        finish_reason=finish_reason,
-                        served=served,
-                        attempts=attempts + 1,
-                    )
-                except FormatRefused as exc:
-                    if self._fall_back(exc):
-                        continue  # resent in the next form at once: the instance is not to blame
-                    state.stop_error = state.stop_error or self._redact(str(exc))
-                    logger.error("request %r failed: %s", request.request_id, state.stop_error)
-                    return GenerationResult(request, None, error=state.stop_error)
-                except RetryableError as exc:
-                    attempts += 1
-                    outcome = OVERLOAD if exc.overload else NEUTRAL
-                    last_error = self._redact(str(exc))
-                    retry_after, rate_limited = exc.retry_after, exc.rate_limited
-                    last_not_answer = exc if isinstance(exc, NotAnAnswer) else None
-                    if last_not_answer is not None:
-                        blank_answers.append(exc.answer)
-                    never_heals += isinstance(exc, NeverHeals)
-                    latency = time.perf_counter() - started
-                except _AuthError as exc:
-                    state.stop_error = state.stop_error or str(exc)
-                    logger.warning("request %r failed: %s", request.request_id, state.stop_error)
-                    return GenerationResult(request, None, error=state.stop_error)
-                except Exception as exc:  # a permanent failure of this request only
-                    message = self._redact(_describe(exc))
-                    logger.warning("request %r failed: %s", request.request_id, message)
-                    return GenerationResult(request, None, error=message)
-                finally:
-                    if outcome == OVERLOAD:
-                        state.limit.record(ticket, OVERLOAD)
-            if attempt == self.retry.max_retries or never_heals > NEVER_HEALS_RETRIES:
+            outcome = await self._try(request, state, tally)
+            if outcome is RESEND:
+                continue
+            if outcome is not None:
+                return outcome
+            if tally.retries == self.retry.max_retries or tally.never_heals > NEVER_HEALS_RETRIES:
                 break
-            delay = self.retry.delay(attempt, state.rng, retry_after)
-            attempt += 1
-            if rate_limited:
+            if state.stop_error:
+                return tally.failed(state.stop_error)
+            delay = self.retry.delay(tally.retries, state.rng, tally.retry_after)
+            tally.retries += 1
+            if tally.rate_limited:
                 state.pause_until(time.monotonic() + delay)
             logger.info(
                 "request %r: %s; retry %d/%d in %.2fs",
                 request.request_id,
-                last_error,
-                attempt,
+                tally.last_error,
+                tally.retries,
                 self.retry.max_retries,
                 delay,
             )
             await asyncio.sleep(delay)
-        if last_not_answer is not None and all(answer is not None for answer in blank_answers):
-            # Blank every time it answered, and "stop" every time: the model's own empty answer.
-            text, finish_reason, usage, served = last_not_answer.answer
-            return GenerationResult(
-                request,
-                text,
-                usage=usage,
-                latency_s=latency,
-                finish_reason=finish_reason,
-                served=served,
-                attempts=attempts,
-            )
-        healing = "; retrying does not heal this" if never_heals > NEVER_HEALS_RETRIES else ""
-        message = f"gave up after {attempts} attempts: {last_error}{healing}"
-        logger.warning("request %r %s", request.request_id, message)
-        return GenerationResult(request, None, error=message, attempts=attempts)
+        return tally.give_up()
+
+    async def _admitted(self, request: ChatRequest, state: _LoopState, first: bool) -> Admission | None:
+        """The meter's admission of the next attempt, waiting for attempts in flight to settle when
+        it does not fit; None when the cap leaves no room (the call stops) or the call stopped."""
+        while not state.stop_error:
+            admission = self.meter.admit(request, first, self.sync_mode)
+            if admission is not None:
+                return admission
+            if self.meter.in_flight == 0:
+                if await asyncio.to_thread(self.meter.extend_for, request, first, self.sync_mode):
+                    continue
+                state.stop(self.meter.exhausted(request, self.sync_mode))
+                return None
+            state.settled.clear()
+            await state.settled.wait()
+        return None
+
+    def _settle(self, admission: Admission, billed: BilledReply | None, state: _LoopState) -> Bill:
+        bill = self.meter.settle(admission, billed)
+        state.settled.set()
+        return bill
+
+    async def _try(self, request: ChatRequest, state: _LoopState, tally: _Tally):
+        """One attempt: a result (answer or final failure), RESEND, or None (retry: the tally knows why).
+        It is admitted by the meter once it holds a connection, right before it is sent."""
+        async with state.limit.slot() as ticket, state.slot() as client:
+            admission = await self._admitted(request, state, first=tally.sent == 0)
+            if admission is None:  # the call stopped (or the cap is reached) while this attempt waited
+                return tally.failed(state.stop_error or "not sent")
+            started = time.perf_counter()
+            form = self.schema_form
+            outcome = NEUTRAL  # what the attempt says about the server's load
+            try:
+                reply = await self._attempt(request, client, form, state.limit.limit)
+            except FormatRefused as exc:
+                self.meter.release(admission)  # refused before any generation: not billed, not counted
+                state.settled.set()
+                if self._fall_back(exc):
+                    return RESEND  # resent in the next form at once: the instance is not to blame
+                state.stop(self._redact(str(exc)))
+                return tally.failed(state.stop_error)
+            except RetryableError as exc:
+                outcome = OVERLOAD if exc.overload else NEUTRAL
+                tally.fault(exc, self._settle(admission, exc.billed, state), self._redact(str(exc)))
+                tally.latency = time.perf_counter() - started
+                if not exc.overload:
+                    state.note_fault(exc.kind, request.request_id)
+                return None
+            except _AuthError as exc:
+                tally.bill.add(self._settle(admission, None, state))
+                tally.sent += 1
+                state.stop(str(exc))
+                return tally.failed(state.stop_error)
+            except Exception as exc:  # a permanent failure of this request only
+                tally.bill.add(self._settle(admission, None, state))
+                tally.sent += 1
+                message = self._redact(_describe(exc))
+                logger.warning("request %r failed: %s", request.request_id, message)
+                return tally.failed(message)
+            finally:
+                if outcome == OVERLOAD:
+                    state.limit.record(ticket, OVERLOAD)
+            state.limit.record(ticket, SUCCESS)
+            state.note_answer()
+            if request.response_schema is not None:
+                self.schema_forms_answered[form] += 1
+            tally.bill.add(self._settle(admission, reply.billed, state))
+            tally.sent += 1
+            return tally.answered(reply, time.perf_counter() - started)
 
     def _fall_back(self, refusal: FormatRefused) -> bool:
         """Under ``auto``, move past the refused form (once for the backend); False: fail instead."""
@@ -469,26 +512,11 @@ class OpenAIBackend:
         self.format_refusals += 1
         return True
 
-    async def _attempt(
-        self, request: ChatRequest, client: openai.AsyncOpenAI, form: str, bound: int
-    ) -> tuple[str, str | None, dict, dict]:
-        """One request with the schema in ``form``, ``bound`` requests at most in flight:
-        (text, finish_reason, usage, served), or raises RetryableError / FormatRefused / _AuthError."""
-        body = dict(self.extra_body)
-        if self.request_cost:
-            body.setdefault("usage", {"include": True})
-        body.update(
-            model=self.model_id, max_tokens=request.max_tokens, temperature=request.temperature, seed=request.seed
-        )
-        if request.completion:  # the completion prompt form: plain text continued, no chat template
-            endpoint = "/completions"
-            body["prompt"] = request.messages[0][1]
-        else:
-            endpoint = "/chat/completions"
-            body["messages"] = request.message_dicts()
-        sends_format = request.response_schema is not None and form != "none"
-        if sends_format:
-            body["response_format"] = response_format(request.response_schema, form)
+    async def _attempt(self, request: ChatRequest, client: openai.AsyncOpenAI, form: str, bound: int) -> Reply:
+        """One request with the schema in ``form``, ``bound`` requests at most in flight: the
+        answer, or raises RetryableError / FormatRefused / _AuthError."""
+        endpoint, body = self.body(request, form)
+        sends_format = "response_format" in body
         try:
             async with asyncio.timeout(self.attempt_timeout(request.max_tokens, bound)):
                 # The client's generic post, not the typed chat.completions.create: the typed
@@ -497,53 +525,147 @@ class OpenAIBackend:
                 # response, because a 200 is only an answer once parse_completion says so.
                 response = await client.post(endpoint, body=body, cast_to=httpx.Response)
         except openai.APIStatusError as exc:
-            if is_auth_status(exc.status_code):
-                raise _AuthError(self._auth_message(exc.status_code)) from None
-            if sends_format and is_format_refusal(exc.status_code, _body_text(exc)):
-                raise FormatRefused(self._refusal_message(form, exc), form) from None
-            if not is_retryable_status(exc.status_code):
-                raise
-            headers = exc.response.headers
-            retry_after = parse_retry_after(headers.get("retry-after"))
-            if retry_after is None and headers.get("retry-after-ms"):
-                milliseconds = parse_retry_after(headers.get("retry-after-ms"))
-                retry_after = None if milliseconds is None else milliseconds / 1000
-            overload = exc.status_code in OVERLOAD_STATUS
-            raise RetryableError(
-                _describe(exc), retry_after, rate_limited=exc.status_code == 429, overload=overload
-            ) from None
+            raise self._status_fault(exc, form, sends_format) from None
         except (openai.APIConnectionError, TimeoutError) as exc:  # includes APITimeoutError
             undecodable = decoding_error(exc)
             if undecodable is not None:
-                raise NeverHeals(f"response body could not be decoded: {undecodable}") from None
+                raise NeverHeals(
+                    f"response body could not be decoded: {undecodable}", kind="undecodable body"
+                ) from None
             timed_out = isinstance(exc, (TimeoutError, openai.APITimeoutError))
-            raise RetryableError(_describe(exc) or "timeout", overload=timed_out) from None
-        text, finish_reason, usage, served = parse_completion(response, request.completion)
-        if not text.strip() or finish_reason in FAILED_FINISH_REASONS:
-            blank_stop = (text, finish_reason, usage, served) if not text.strip() and finish_reason == "stop" else None
-            what = "blank answer" if not text.strip() else "answer"
-            raise NotAnAnswer(f"{what} with finish_reason {finish_reason!r}", blank_stop)
-        generated = usage.get("completion_tokens")
-        if finish_reason == "length" and isinstance(generated, int) and generated < request.max_tokens:
+            raise RetryableError(_describe(exc) or "timeout", overload=timed_out, kind=type(exc).__name__) from None
+        return self.answer_of(parse_completion(response, request.completion), request)
+
+    def answer_of(self, reply: Reply, request: ChatRequest) -> Reply:
+        """The reply as the answer it is, or the fault it is (shared with the batch path)."""
+        if reply.refusal is not None:  # the model's answer, whatever the finish reason says
+            if reply.finish_reason in FAILED_FINISH_REASONS:
+                reply.finish_reason = "refusal"
+            return reply
+        if not reply.text.strip() or reply.finish_reason in FAILED_FINISH_REASONS:
+            blank_stop = reply if not reply.text.strip() and reply.finish_reason == "stop" else None
+            what = "blank answer" if not reply.text.strip() else "answer"
+            raise NotAnAnswer(f"{what} with finish_reason {reply.finish_reason!r}", blank_stop, reply.billed)
+        generated = reply.usage.get("completion_tokens")
+        if reply.finish_reason == "length" and isinstance(generated, int) and generated < request.max_tokens:
             # A real cut-off spends the whole budget; one far short of it is the provider's fault.
-            raise RetryableError(f"finish_reason 'length' after {generated} of max_tokens {request.max_tokens} tokens")
-        if self.on_model_mismatch == "fail" and is_mismatch(self.model_id, served):
-            raise RetryableError(f"served model {served['model']!r} is not {self.model_id!r} (on_model_mismatch: fail)")
+            raise RetryableError(
+                f"finish_reason 'length' after {generated} of max_tokens {request.max_tokens} tokens",
+                kind="cut short by the provider",
+                billed=reply.billed,
+            )
+        if self.on_model_mismatch == "fail":
+            if is_mismatch(self.model_id, reply.served):
+                raise RetryableError(
+                    f"served model {reply.served['model']!r} is not {self.model_id!r} (on_model_mismatch: fail)",
+                    kind="served by another model",
+                    billed=reply.billed,
+                )
+            if provider_mismatch(self.routing, reply.served):
+                raise RetryableError(
+                    f"served by provider {reply.served['provider']!r}, outside the pinned routing "
+                    "(on_model_mismatch: fail)",
+                    kind="served by another provider",
+                    billed=reply.billed,
+                )
         # The server cannot stop at a repeated item, so the same answer is cut from its text.
-        text, cut = cut_at_repeat(text, request.stop_at_repeat)
-        return text, "stop" if cut else finish_reason, usage, served
+        text, cut = cut_at_repeat(reply.text, request.stop_at_repeat)
+        reply.text, reply.finish_reason = text, "stop" if cut else reply.finish_reason
+        if not reply.source.startswith("content"):
+            reply.served = {**reply.served, "answer_from": reply.source}
+        return reply
+
+    def _status_fault(self, exc: openai.APIStatusError, form: str, sends_format: bool) -> Exception:
+        """What an HTTP error status means: a rejected key, a refused schema form, a retryable fault,
+        or (any other 4xx) the permanent failure of this request."""
+        if is_auth_status(exc.status_code):
+            return _AuthError(self._auth_message(exc.status_code))
+        if sends_format and is_format_refusal(exc.status_code, _body_text(exc)):
+            return FormatRefused(self._refusal_message(form, exc), form)
+        if not is_retryable_status(exc.status_code):
+            return exc
+        headers = exc.response.headers
+        retry_after = parse_retry_after(headers.get("retry-after"))
+        if retry_after is None and headers.get("retry-after-ms"):
+            milliseconds = parse_retry_after(headers.get("retry-after-ms"))
+            retry_after = None if milliseconds is None else milliseconds / 1000
+        return RetryableError(
+            _describe(exc),
+            retry_after,
+            rate_limited=exc.status_code == 429,
+            overload=exc.status_code in OVERLOAD_STATUS,
+            kind=f"HTTP {exc.status_code}",
+        )
+
+
+class _Tally:
+    """One request's attempts so far: what they cost and how the faults went."""
+
+    def __init__(self, request: ChatRequest) -> None:
+        self.request = request
+        self.sent = 0  # attempts counted (a resend in a fallback form is not)
+        self.retries = 0
+        self.bill = Bill()
+        self.last_error = ""
+        self.never_heals = 0
+        self.blank_answers: list[Reply | None] = []  # per not-an-answer reply: its blank "stop" answer or None
+        self.last_not_answer: NotAnAnswer | None = None
+        self.retry_after: float | None = None
+        self.rate_limited = False
+        self.latency = 0.0
+
+    def fault(self, exc: RetryableError, bill: Bill, message: str) -> None:
+        self.sent += 1
+        self.bill.add(bill)
+        self.last_error = message
+        self.retry_after, self.rate_limited = exc.retry_after, exc.rate_limited
+        self.last_not_answer = exc if isinstance(exc, NotAnAnswer) else None
+        if self.last_not_answer is not None:
+            self.blank_answers.append(exc.answer)
+        self.never_heals += isinstance(exc, NeverHeals)
+
+    def answered(self, reply: Reply, latency: float) -> GenerationResult:
+        return GenerationResult(
+            self.request,
+            reply.text,
+            usage=reply.usage,
+            latency_s=latency,
+            finish_reason=reply.finish_reason,
+            served=reply.served,
+            attempts=self.sent,
+            refusal=reply.refusal,
+            bill=self.bill,
+        )
+
+    def failed(self, error: str) -> GenerationResult:
+        return GenerationResult(self.request, None, error=error, attempts=self.sent, bill=self.bill)
+
+    def give_up(self) -> GenerationResult:
+        """After the last retry: the model's own empty answer (blank and ``stop`` every time it
+        answered), else the failure naming the last fault."""
+        if self.last_not_answer is not None and all(answer is not None for answer in self.blank_answers):
+            return self.answered(self.last_not_answer.answer, self.latency)
+        healing = "; retrying does not heal this" if self.never_heals > NEVER_HEALS_RETRIES else ""
+        message = f"gave up after {self.sent} attempts: {self.last_error}{healing}"
+        logger.warning("request %r %s", self.request.request_id, message)
+        return self.failed(message)
 
 
 class _LoopState:
-    """Per-call shared state: the adaptive bound, the connection slots, jitter source and a
-    global rate-limit pause.
+    """Per-call shared state: the adaptive bound, the connection slots, jitter source, a global
+    rate-limit pause, the meter's settle signal and the early stop on a repeated fault.
 
     Each slot is a client with a free connection (``max_concurrency`` in all); the adaptive
     bound (``limit``) decides how many of them are in use.
     """
 
     def __init__(
-        self, clients: list[openai.AsyncOpenAI], sizes: list[int], rng: random.Random, limit: AdaptiveLimit
+        self,
+        clients: list[openai.AsyncOpenAI],
+        sizes: list[int],
+        rng: random.Random,
+        limit: AdaptiveLimit,
+        same_fault_limit: int | None = None,
     ) -> None:
         self._free: asyncio.Queue[openai.AsyncOpenAI] = asyncio.Queue()
         for client, size in zip(clients, sizes):
@@ -552,9 +674,37 @@ class _LoopState:
         self.rng = rng
         self.limit = limit
         self.form_probe = asyncio.Lock()  # held by the request that tries the schema form first
+        self.settled = asyncio.Event()  # set whenever an attempt is settled (the meter has room again)
         self._not_before = 0.0
-        # set by the first 401/403 or refused response_format (not under auto); fails the rest at once
+        self._same_fault_limit = same_fault_limit
+        self._faults: deque[tuple[str, str]] = deque(maxlen=same_fault_limit or 1)
+        # set by a rejected key, a refused response_format (not under auto), the cap or a repeated
+        # fault; fails the rest at once
         self.stop_error: str | None = None
+
+    def stop(self, message: str) -> None:
+        if self.stop_error is None:
+            self.stop_error = message
+            logger.error("%s", message)
+
+    def note_fault(self, kind: str, request_id: str) -> None:
+        """Count a fault; stop the call when the last ``same_fault_limit`` attempts, over more than one
+        request, all failed this way."""
+        if not self._same_fault_limit:
+            return
+        self._faults.append((kind, request_id))
+        if len(self._faults) < self._same_fault_limit or len({k for k, _ in self._faults}) != 1:
+            return
+        requests = len({r for _, r in self._faults})
+        if requests > 1:
+            self.stop(
+                f"stopped early: the last {self._same_fault_limit} attempts ({requests} requests) all failed the "
+                f"same way ({kind}); nothing more is sent (model.options.stop_after_same_fault="
+                f"{self._same_fault_limit}); fix the endpoint or the request and rerun"
+            )
+
+    def note_answer(self) -> None:
+        self._faults.clear()
 
     @contextlib.asynccontextmanager
     async def slot(self):
@@ -572,19 +722,6 @@ class _LoopState:
             await asyncio.sleep(remaining)
 
 
-SCHEMA_FORMATS = ("auto", "strict", "json_schema", "json_object", "none")
-FORMS = ("json_schema", "json_object", "none")  # what a request can carry, strictest first
-FIRST_FORM = {"auto": "json_schema", "strict": "json_schema"}
-FALLBACK = {"json_schema": "json_object", "json_object": "none"}  # auto's next form after a refusal
-
-
-def response_format(schema: str, kind: str = "json_schema") -> dict:
-    """The ``response_format`` field carrying a JSON schema, in the server's dialect."""
-    if kind == "json_object":
-        return {"type": "json_object", "schema": json.loads(schema)}
-    return {"type": "json_schema", "json_schema": {"name": "answer", "strict": True, "schema": json.loads(schema)}}
-
-
 def _body_text(exc: openai.APIStatusError) -> str:
     """The error response's body (and the client's message), for recognising a form refusal."""
     try:
@@ -592,23 +729,6 @@ def _body_text(exc: openai.APIStatusError) -> str:
     except Exception:  # a body that was never read
         text = ""
     return f"{exc.message} {text}"
-
-
-def is_loopback(host: str) -> bool:
-    """True for localhost names and every loopback or unspecified address (127.0.0.0/8, ::1)."""
-    host = host.lower().rstrip(".").strip("[]")
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return address.is_loopback or address.is_unspecified
-
-
-def _host_within(host: str, domain: str) -> bool:
-    """``host`` is ``domain`` or one of its subdomains (not merely a name ending in it)."""
-    return host == domain or host.endswith("." + domain)
 
 
 def _describe(exc: BaseException) -> str:

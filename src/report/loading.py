@@ -34,9 +34,11 @@ from src.report.provenance import (
     check_data_versions,
     check_unique_configurations,
     fetch_runs,
+    metrics_usage,
     read_summaries,
     run_name,
     sweep_usage,
+    total_of_usages,
 )
 from src.study import DATASET_ORDER, FINETUNED, PRIMARY_METRIC, STRATEGY_ORDER, TASK_ORDER
 
@@ -531,4 +533,5 @@ def load_hand_runs(tracking_uri: str, experiment: str | None = None, run_ids: Se
     results.notes = [HAND_RUNS_NOTE.format(how=how), *notes, *results.notes]
     results.checked = False
     results.instances = instances
+    results.usage = total_of_usages([metrics_usage(values) for values in metrics.values()])
     return results

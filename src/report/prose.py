@@ -333,18 +333,36 @@ def usage_lines(usage: dict[str, float]) -> list[str]:
     """What the study's runs sent and spent, summed over their summaries (the sweep total)."""
     if not usage:
         return []
-    from src.pricing import usd
+    from src.billing.ledger import usd
 
     def count(name: str) -> str:
         return f"{int(usage.get(name, 0)):,}"
 
+    def money(name: str) -> str:
+        return usd(usage.get(name, 0.0))
+
+    estimated = int(usage.get("estimated_prompt_tokens", 0)) + int(usage.get("estimated_completion_tokens", 0))
+    parts = sum(usage.get(name, 0.0) for name in ("cost_reported", "cost_price_table", "cost_estimated"))
+    unsplit = usage.get("cost", 0.0) - parts
+    split = ""
+    if "cost_reported" in usage:
+        split = (
+            f"provider-reported {money('cost_reported')}, price table {money('cost_price_table')}, estimated "
+            f"{money('cost_estimated')}"
+        )
+    if abs(unsplit) > 1e-9:  # runs logged before the split: reported and price-table costs together
+        split += ("; " if split else "") + f"{usd(unsplit)} from runs that logged no split"
+    split = f" ({split})" if split else ""
+    billed = f", {count('billed_attempts')} of them billed" if "billed_attempts" in usage else ""
     return [
         f"**Requests and cost** (the {count('runs')} prompted runs' totals, as each logged them in `usage.json`): "
-        f"{count('requests')} requests, of which {count('sent')} sent ({count('attempts')} attempts, "
+        f"{count('requests')} requests, of which {count('sent')} sent ({count('attempts')} attempts{billed}, "
         f"{count('retried')} of them retries; {count('failed')} failed), {count('cached')} answered from the cache "
         f"and {count('duplicates')} identical to another prompt of the same run; {count('prompt_tokens')} prompt "
-        f"and {count('completion_tokens')} completion tokens sent; new cost {usd(usage.get('cost', 0.0))}, "
-        f"cached answers' cost {usd(usage.get('cached_cost', 0.0))} (prices from the model files' `price:` blocks; "
-        "local models cost nothing).",
+        f"and {count('completion_tokens')} completion tokens sent ({estimated:,} of them counted here where a "
+        f"reply reported none); new cost {money('cost')}{split}, cached answers' cost {money('cached_cost')}. "
+        "Provider-reported: the replies' own `usage.cost`; price table: reported tokens at the model files' "
+        "`price:` blocks; estimated: tokens counted with the model's tokenizer or at characters / 4; local "
+        "models cost nothing.",
         "",
     ]

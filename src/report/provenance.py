@@ -107,9 +107,31 @@ def _usage(value: Any) -> dict[str, float] | None:
     } or None
 
 
+def metrics_usage(metrics: dict[str, float]) -> dict[str, float] | None:
+    """A run's usage read from its MLflow metrics (a hand-run report has no summaries): the run
+    totals (``usage.*``), else the per-dataset ``<task>.<dataset>.usage.*`` summed; None if none."""
+    totals = {
+        name[len("usage.") :]: value
+        for name, value in metrics.items()
+        if name.startswith("usage.") and name != "usage.plan_ceiling_cost_usd"
+    }
+    if not totals:
+        for name, value in metrics.items():
+            field = name.partition(".usage.")[2]
+            if field:
+                totals[field] = totals.get(field, 0.0) + float(value)
+    totals.pop("latency_s", None)
+    return {name: float(value) for name, value in totals.items()} or None
+
+
 def sweep_usage(summaries: Sequence[Summary]) -> dict[str, float]:
     """Every field of the summaries' usage summed, plus ``runs``: how many reported usage (empty if none)."""
-    reported = [s.usage for s in summaries if s.usage]
+    return total_of_usages([s.usage for s in summaries])
+
+
+def total_of_usages(usages: Sequence[dict[str, float] | None]) -> dict[str, float]:
+    """Every field of the runs' usage summed, plus ``runs``: how many reported usage (empty if none)."""
+    reported = [usage for usage in usages if usage]
     total: dict[str, float] = {}
     for usage in reported:
         for name, value in usage.items():

@@ -32,6 +32,7 @@ class InstanceOutput:
     truncated: bool = False  # the answer was cut by the token budget (finish reason ``length``)
     well_formed: bool = True  # strict JSON of exactly the requested shape (no repair needed)
     served: dict | None = None  # what the provider said served the answer (model, system_fingerprint, provider)
+    refusal: str | None = None  # the model refused: its words (the answer has no spans)
 
 
 @dataclass
@@ -138,6 +139,7 @@ def evaluate_dataset(
             "request_error": output.request_error,
             "truncated": output.truncated,
             "served": output.served,
+            **({"refusal": output.refusal} if output.refusal is not None else {}),
         }
         for record, output in zip(records, outputs)
     ]

@@ -35,6 +35,7 @@ SUMMARY_METRICS = (
     "parse_failure_rate",
     "truncated_rate",
     "empty_answer_rate",
+    "refusal_rate",
     "n",
 )
 KINDS = ("prompted", "finetuned")
@@ -224,7 +225,11 @@ def evaluate_configuration(
             for plan in plans:
                 outcome = _evaluate_one(plan, system, scoring, secrets)
                 outcomes.append(outcome)
-            tracking.log_json_artifact(usage_report(outcomes), "usage.json", secrets)
+            report = usage_report(outcomes)
+            tracking.log_json_artifact(report, "usage.json", secrets)
+            totals = {f"usage.{name}": value for name, value in report["total"].items() if name != "latency_s"}
+            if totals:  # the run's total (latency aside: it is the machine's, kept in usage.json)
+                mlflow.log_metrics(totals)
             mlflow.log_metric("wall_time_s", time.perf_counter() - started)
             status = "FINISHED" if all(o.evaluation is not None for o in outcomes) else "FAILED"
         finally:
@@ -237,7 +242,8 @@ def evaluate_configuration(
 
 
 def usage_report(outcomes: Sequence[DatasetOutcome]) -> dict[str, dict[str, float]]:
-    """``usage.json``: each dataset's usage and a ``total`` summing every numeric field over them."""
+    """``usage.json``: each dataset's usage (a prompted system's: :mod:`src.billing.usage`) and a
+    ``total`` summing every numeric field over them (the cost split by source included)."""
     report: dict[str, dict[str, float]] = {o.key: dict(o.usage) for o in outcomes}
     total: dict[str, float] = {}
     for usage in report.values():

@@ -66,6 +66,7 @@ def test_a_provider_redirects_url_key_and_id_and_its_options_win():
         "api_key_env": None,
         "max_retries": 2,
         "schema_format": "auto",
+        "routing": None,  # a provider without routing (a self-hosted server) sends none
     }
 
 

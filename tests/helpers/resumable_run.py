@@ -74,5 +74,5 @@ def final_metrics(workspace: Path) -> dict[str, float]:
     return {
         k: v
         for k, v in final.data.metrics.items()
-        if not k.startswith(("wall_time", "timex.base.usage", "concurrency_"))
+        if not k.startswith(("wall_time", "timex.base.usage", "usage.", "concurrency_"))
     }

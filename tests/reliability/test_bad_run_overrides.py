@@ -16,8 +16,9 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from src.data.schema import write_records
-from src.run import ConfigError, run
+from src.errors import ConfigError
 from src.run_checks import CONF_DIR, unknown_choice_error
+from src.runs.lifecycle import run
 from src.tracking import StoreError
 from tests.helpers.openai_server import FakeOpenAIServer
 from tests.helpers.paths import REPO_ROOT

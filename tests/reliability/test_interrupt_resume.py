@@ -19,8 +19,8 @@ from pathlib import Path
 import mlflow
 import pytest
 
+from src.billing.ledger import read_ledger
 from src.data.schema import write_records
-from src.pricing import read_ledger
 from tests.helpers.openai_server import FakeOpenAIServer, last_user_message
 from tests.helpers.paths import REPO_ROOT
 from tests.helpers.resumable_run import (

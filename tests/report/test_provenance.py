@@ -65,7 +65,20 @@ def test_hand_runs_never_change_a_pipeline_report(tmp_path):
     }
     summaries = tmp_path / "summaries"
     usage = {  # what each prompted run's summary says it sent and spent
-        "small-I": {"requests": 10, "sent": 7, "cached": 3, "attempts": 9, "retried": 2, "cost": 0.25},
+        "small-I": {
+            "requests": 10,
+            "sent": 7,
+            "cached": 3,
+            "attempts": 9,
+            "retried": 2,
+            "billed_attempts": 8,
+            "cost": 0.25,
+            "cost_reported": 0.1,
+            "cost_price_table": 0.1,
+            "cost_estimated": 0.05,
+            "prompt_tokens": 100,
+            "estimated_prompt_tokens": 30,
+        },  # fmt: skip
         "large-I": {"requests": 10, "sent": 0, "cached": 10, "attempts": 0, "cost": 0, "cached_cost": 1.5},
         "small-D": "garbage",  # not a usage block: left out, not a crash
     }
@@ -84,15 +97,21 @@ def test_hand_runs_never_change_a_pipeline_report(tmp_path):
     }
     assert summary["dirty_commits"] == ["small-D"]
     assert summary["usage"] == {
-        "runs": 2, "requests": 20, "sent": 7, "cached": 13, "attempts": 9, "retried": 2, "cost": 0.25,
-        "cached_cost": 1.5,
+        "runs": 2, "requests": 20, "sent": 7, "cached": 13, "attempts": 9, "retried": 2, "billed_attempts": 8,
+        "cost": 0.25, "cost_reported": 0.1, "cost_price_table": 0.1, "cost_estimated": 0.05, "cached_cost": 1.5,
+        "prompt_tokens": 100, "estimated_prompt_tokens": 30,
     }  # fmt: skip
     report = first["report.md"].decode()
     assert (
         "**Requests and cost** (the 2 prompted runs' totals, as each logged them in `usage.json`): 20 requests, "
-        "of which 7 sent (9 attempts, 2 of them retries; 0 failed), 13 answered from the cache" in report
+        "of which 7 sent (9 attempts, 8 of them billed, 2 of them retries; 0 failed), 13 answered from the cache"
+        in report
     )
-    assert "new cost $0.25, cached answers' cost $1.50" in report
+    assert "100 prompt and 0 completion tokens sent (30 of them counted here where a reply reported none)" in report
+    assert (
+        "new cost $0.25 (provider-reported $0.1, price table $0.1, estimated $0.05), cached answers' cost $1.50"
+        in report
+    )
     assert "## Provenance" in report and "**Uncommitted changes**: the runs of small-D" in report
     assert (
         f"| small-I | runs/small-I.json | `{ids['small-I']}` | `abc123` | False | `raw:test/datasets:test` |" in report

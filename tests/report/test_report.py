@@ -402,18 +402,22 @@ def test_cells_above_warn_rate_are_flagged_with_a_legend(tmp_path):
     at = (scores["config"] == "solo-D") & (scores["dataset"] == "adv")
     scores.loc[at, "parse_failure_rate"] = 0.125
     scores.loc[(scores["config"] == "solo-I") & (scores["task"] == "comp"), "served_model_mismatch_rate"] = 0.05
+    scores["refusal_rate"] = 0.0
+    scores.loc[(scores["config"] == "solo-A") & (scores["task"] == "eventx"), "refusal_rate"] = 0.1
     written = write_outputs(run_analysis(study, resamples=50, seed=0), tmp_path)
     report = written["report"].read_text()
     assert (
-        "⚠ marks the 1 cell(s) where parse failures, truncated answers, empty answers, served-model mismatches "
-        "exceed warn_rate 5%" in report
+        "⚠ marks the 2 cell(s) where parse failures, truncated answers, empty answers, refusals, served-model "
+        "mismatches, served-provider mismatches exceed warn_rate 5%" in report
     )
     assert "| solo-D | timex/adv | parse failures 12.5% |" in report  # exactly 5% is not above
+    assert "| solo-A | eventx/base | refusals 10.0% |" in report
     html = written["html"].read_text()
-    assert html.count("⚠</td>") == 1 and "solo-D on timex/adv: F1" in html and "parse failures 12.5%" in html
+    assert html.count("⚠</td>") == 2 and "solo-D on timex/adv: F1" in html and "parse failures 12.5%" in html
     cells = pd.read_csv(tmp_path / "tables" / "heatmap_f1.csv").fillna("")
-    assert cells[cells["flags"] != ""][["configuration", "dataset", "flags"]].values.tolist() == [
-        ["solo-D", "timex/adv", "parse failures 12.5%"]
+    assert sorted(cells[cells["flags"] != ""][["configuration", "dataset", "flags"]].values.tolist()) == [
+        ["solo-A", "eventx/base", "refusals 10.0%"],
+        ["solo-D", "timex/adv", "parse failures 12.5%"],
     ]
 
 

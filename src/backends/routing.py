@@ -1,0 +1,77 @@
+"""Pinned provider routing: which upstream provider and weights may answer, sent and checked.
+
+OpenRouter routes a model to any of its providers, at any quantisation, and drops request
+parameters a provider does not support unless told otherwise; two runs of one configuration can
+then be answered by different weights. A ``routing`` block (in ``conf/provider/*.yaml`` for all
+models, or in a model file for one model, which wins key by key) is sent as OpenRouter's
+``provider`` request object:
+
+* ``order``: providers to try, in order; ``only``: the providers allowed at all;
+* ``allow_fallbacks: false``: never go past ``order``; ``require_parameters: true``: only
+  providers that honour every parameter sent (``response_format``, ``seed``);
+* ``quantizations``: the weight formats allowed (``fp8``, ``bf16``, ...).
+
+It is part of the response-cache key (another route may give another answer) and of the run's
+params. Every reply names the provider that served it (OpenRouter's ``provider`` field); one
+outside the pinned set is a mismatch under ``on_model_mismatch``, like a fallback model.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+ROUTING_KEYS = ("order", "only", "ignore", "allow_fallbacks", "require_parameters", "quantizations", "sort")
+LIST_KEYS = ("order", "only", "ignore", "quantizations")
+FLAG_KEYS = ("allow_fallbacks", "require_parameters")
+
+
+def checked_routing(block: Any, where: str) -> dict[str, Any] | None:
+    """A routing block with its nulls dropped (None when empty); ValueError naming the key otherwise."""
+    if block is None:
+        return None
+    if not isinstance(block, dict):
+        raise ValueError(f"{where}: expected a mapping of OpenRouter provider routing, got {block!r}")
+    routing = {}
+    for key, value in block.items():
+        if key not in ROUTING_KEYS:
+            raise ValueError(f"{where}.{key}: unknown routing key; choose from {', '.join(ROUTING_KEYS)}")
+        if value is None:
+            continue
+        if key in LIST_KEYS and not (isinstance(value, list) and all(isinstance(v, str) and v for v in value)):
+            raise ValueError(f"{where}.{key}: expected a list of names, got {value!r}")
+        if key in FLAG_KEYS and not isinstance(value, bool):
+            raise ValueError(f"{where}.{key}: expected true or false, got {value!r}")
+        if key == "sort" and value not in ("price", "throughput", "latency"):
+            raise ValueError(f"{where}.sort: expected price, throughput or latency, got {value!r}")
+        routing[key] = value
+    return routing or None
+
+
+def merged_routing(provider_block: Any, model_block: Any) -> dict[str, Any] | None:
+    """The provider config's routing with the model file's keys on top (both checked)."""
+    merged = {**(checked_routing(provider_block, "provider.routing") or {})}
+    merged.update(checked_routing(model_block, "model.routing") or {})
+    return merged or None
+
+
+def allowed_providers(routing: dict[str, Any] | None) -> set[str] | None:
+    """The providers a reply may name under ``routing`` (lower case), or None when any may."""
+    if not routing:
+        return None
+    if routing.get("only"):
+        return {name.lower() for name in routing["only"]}
+    if routing.get("order") and routing.get("allow_fallbacks") is False:
+        return {name.lower() for name in routing["order"]}
+    return None
+
+
+def provider_mismatch(routing: dict[str, Any] | None, served: dict | None) -> bool:
+    """True when the reply names a provider outside the pinned set (a reply naming none is no mismatch)."""
+    allowed = allowed_providers(routing)
+    name = (served or {}).get("provider")
+    return allowed is not None and bool(name) and _slug(name) not in {_slug(a) for a in allowed}
+
+
+def _slug(name: str) -> str:
+    """OpenRouter names a provider ``DeepInfra`` in replies and ``deepinfra`` in routing."""
+    return "".join(ch for ch in name.lower() if ch.isalnum())

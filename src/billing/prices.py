@@ -1,0 +1,211 @@
+"""A model's price per mode, and token counts of what is sent and received.
+
+The price comes from the model file's ``price`` block (USD per million tokens, with the date it
+was read and where): the list price for synchronous requests, and where the provider offers
+them, ``batch`` (the Batch API) and ``flex`` (OpenAI's ``service_tier: flex``) prices. A mode
+the block gives no price for is priced at the list price, an upper bound the plan names.
+
+Tokens are counted with the model's own tokenizer where it is on this machine (a llama.cpp
+model's GGUF vocabulary, ``model.tokenizer`` already downloaded), else estimated at
+characters / 4; :meth:`TokenCounter.bound` is a ceiling no tokenizer exceeds (a token is at
+least one UTF-8 byte), which the in-run cap admits attempts under.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from src.backends.base import ChatRequest
+from src.errors import ConfigError
+
+ESTIMATE = "estimate (characters / 4)"
+TOKENIZER = "tokenizer"
+MIXED = "tokenizer and estimate"
+CHARS_PER_TOKEN = 4
+#: Tokens a chat template may add per message (role markers, separators), over the bound.
+TEMPLATE_TOKENS_PER_MESSAGE = 8
+MODES = ("sync", "batch", "flex")
+
+
+@dataclass(frozen=True)
+class Price:
+    """USD per million tokens, and when and where the figure was read.
+
+    ``modes``: per-mode rates (``batch``, ``flex``) as (input, output) per million tokens.
+    ``mode``: the mode these rates are for; ``fallback`` says when a mode had no price of its
+    own and the list price stands in for it.
+    """
+
+    input_per_mtok: float
+    output_per_mtok: float
+    read: str | None = None
+    source: str | None = None
+    modes: dict[str, tuple[float, float]] = field(default_factory=dict, compare=False)
+    mode: str = "sync"
+    fallback: bool = False
+
+    def cost(self, prompt_tokens: float, completion_tokens: float) -> float:
+        return (prompt_tokens * self.input_per_mtok + completion_tokens * self.output_per_mtok) / 1e6
+
+    def for_mode(self, mode: str) -> Price:
+        """These rates in ``mode`` (the list price, marked ``fallback``, where the block has none)."""
+        if mode == "sync":
+            return replace(self, mode="sync", fallback=False)
+        if mode in self.modes:
+            rates = self.modes[mode]
+            return replace(self, input_per_mtok=rates[0], output_per_mtok=rates[1], mode=mode, fallback=False)
+        return replace(self, mode=mode, fallback=True)
+
+    def describe(self) -> dict[str, Any]:
+        """The plan's ``price`` block."""
+        return {
+            "input_per_mtok": self.input_per_mtok,
+            "output_per_mtok": self.output_per_mtok,
+            "read": self.read,
+            "source": self.source,
+            "mode": self.mode,
+            "list_price_for_mode": self.fallback,
+        }
+
+
+def _rate(values: Any, key: str, where: str) -> float:
+    value = values.get(key) if isinstance(values, dict) else None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise ConfigError(f"{where}.{key}: expected a number >= 0 (USD per million tokens), got {value!r}")
+    return float(value)
+
+
+def price_from_block(block: Any, where: str = "model.price") -> Price:
+    """A ``price`` block (plain dict) as a :class:`Price`; a bad value is a ConfigError naming its key."""
+    if not isinstance(block, dict):
+        raise ConfigError(f"{where}: expected a mapping with input_per_mtok and output_per_mtok, got {block!r}")
+    modes = {}
+    for mode in MODES[1:]:
+        if block.get(mode) is not None:
+            modes[mode] = (
+                _rate(block[mode], "input_per_mtok", f"{where}.{mode}"),
+                _rate(block[mode], "output_per_mtok", f"{where}.{mode}"),
+            )
+    read, source = block.get("read"), block.get("source")
+    return Price(
+        _rate(block, "input_per_mtok", where),
+        _rate(block, "output_per_mtok", where),
+        read=None if read is None else str(read),
+        source=None if source is None else str(source),
+        modes=modes,
+    )
+
+
+def model_price(cfg: DictConfig) -> Price | None:
+    """The model file's ``price`` block; a local model without one is free; an API model without
+    one has no known price (None)."""
+    block = cfg.model.get("price")
+    if block is None:
+        return None if str(cfg.model.backend) == "openai" else Price(0.0, 0.0, None, "local model")
+    return price_from_block(OmegaConf.to_container(block, resolve=True))
+
+
+class TokenCounter:
+    """Tokens of a request or a text: exact where a tokenizer is at hand, else characters / 4."""
+
+    def __init__(
+        self,
+        tokenize_completion: Callable[[ChatRequest], int] | None = None,
+        tokenize_chat: Callable[[ChatRequest], int] | None = None,
+        name: str = "",
+        tokenize_text: Callable[[str], int] | None = None,
+    ) -> None:
+        self._completion = tokenize_completion
+        self._chat = tokenize_chat
+        self._text = tokenize_text
+        self.name = name
+
+    def count(self, request: ChatRequest) -> tuple[int, bool]:
+        """(prompt tokens, exact)."""
+        tokenize = self._completion if request.completion else self._chat
+        if tokenize is not None:
+            return tokenize(request), True
+        return math.ceil(sum(len(content) for _, content in request.messages) / CHARS_PER_TOKEN), False
+
+    def count_text(self, text: str) -> tuple[int, bool]:
+        """(tokens of a generated text, exact)."""
+        if self._text is not None:
+            return self._text(text), True
+        return math.ceil(len(text) / CHARS_PER_TOKEN), False
+
+    def bound(self, request: ChatRequest) -> int:
+        """Prompt tokens no tokenizer exceeds: the exact count where known, else the UTF-8 bytes
+        plus a chat template's markers."""
+        tokens, exact = self.count(request)
+        if exact:
+            return tokens
+        size = sum(len(content.encode("utf-8")) for _, content in request.messages)
+        return size + TEMPLATE_TOKENS_PER_MESSAGE * len(request.messages)
+
+
+@contextlib.contextmanager
+def _quiet_native_stderr() -> Iterator[None]:
+    """llama.cpp writes context notes to file descriptor 2 even when told not to."""
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def token_counter(cfg: DictConfig) -> TokenCounter:
+    """The model's tokenizer where it is cheap and local: the GGUF's vocabulary for a llama.cpp model
+    (completion prompts, which are the text as sent; chat prompts add a template and are estimated),
+    ``model.tokenizer`` (a Hugging Face id already downloaded) for any model; else the estimate."""
+    options = OmegaConf.to_container(cfg.model.get("options") or {}, resolve=True)
+    hf_name = cfg.model.get("tokenizer")
+    if hf_name:
+        try:
+            from transformers import AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(str(hf_name), local_files_only=True)
+        except Exception:  # noqa: BLE001 - not on this machine: the stated estimate
+            return TokenCounter()
+
+        def chat(request: ChatRequest) -> int:
+            return len(tokenizer.apply_chat_template(request.message_dicts(), add_generation_prompt=True))
+
+        def plain(request: ChatRequest) -> int:
+            return len(tokenizer.encode(request.messages[0][1]))
+
+        def text(value: str) -> int:
+            return len(tokenizer.encode(value, add_special_tokens=False))
+
+        return TokenCounter(plain, chat, str(hf_name), text)
+    if str(cfg.model.backend) == "llamacpp":
+        try:
+            import llama_cpp
+
+            from src.backends.gguf_files import gguf_path
+
+            path = gguf_path(str(cfg.model.model_id), options.get("gguf_file"), options.get("gguf_package"))
+            with _quiet_native_stderr():
+                vocab = llama_cpp.Llama(model_path=str(path), vocab_only=True, verbose=False)
+        except Exception:  # noqa: BLE001 - no llama.cpp or no file: the stated estimate
+            return TokenCounter()
+        add_bos = bool(vocab._model.add_bos_token())
+
+        def completion(request: ChatRequest) -> int:
+            return len(vocab.tokenize(request.messages[0][1].encode("utf-8"), add_bos=add_bos, special=False))
+
+        def generated(value: str) -> int:
+            return len(vocab.tokenize(value.encode("utf-8"), add_bos=False, special=False))
+
+        return TokenCounter(completion, None, Path(path).name, generated)
+    return TokenCounter()

@@ -1,0 +1,106 @@
+"""Every form a 200 can take has one meaning (src/backends/openai_reply.py): an answer, a refusal,
+or a fault that names itself, and a fault billed by the provider carries what it billed."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+
+from src.backends.openai_reply import NeverHeals, RetryableError, parse_completion
+
+USAGE = {"prompt_tokens": 12, "completion_tokens": 5, "cost": 0.00002}
+
+
+def _reply(
+    message: dict | None = None, *, choices: list | None = None, usage: dict | None = USAGE, **top
+) -> httpx.Response:
+    if choices is None:
+        choices = [{"index": 0, "message": message, "finish_reason": top.pop("finish_reason", "stop")}]
+    body = {"id": "c", "model": "m", "choices": choices, **top}
+    if usage is not None:
+        body["usage"] = usage
+    return httpx.Response(200, json=body)
+
+
+def test_content_is_the_answer_and_a_refusal_is_the_models_answer_too():
+    reply = parse_completion(_reply({"role": "assistant", "content": '["Friday"]'}))
+    assert (reply.text, reply.refusal, reply.source) == ('["Friday"]', None, "content")
+    assert reply.billed.usage == USAGE
+    refused = parse_completion(_reply({"role": "assistant", "content": None, "refusal": "I can't help with that."}))
+    assert (refused.text, refused.refusal, refused.source) == ("", "I can't help with that.", "refusal")
+    assert refused.billed.usage == USAGE and "can't help" in refused.billed.generated_text
+
+
+def test_an_answer_in_one_tool_call_or_a_function_call_is_read_and_several_are_named():
+    call = {"id": "call_0", "type": "function", "function": {"name": "answer", "arguments": '{"spans": ["May"]}'}}
+    reply = parse_completion(
+        _reply({"role": "assistant", "content": None, "tool_calls": [call]}, finish_reason="tool_calls")
+    )
+    assert (reply.text, reply.source) == ('{"spans": ["May"]}', "tool_calls")
+    legacy = parse_completion(
+        _reply({"role": "assistant", "content": None, "function_call": {"name": "a", "arguments": "[1]"}})
+    )
+    assert (legacy.text, legacy.source) == ("[1]", "function_call")
+    with pytest.raises(NeverHeals, match="split over 2 tool calls") as fault:
+        parse_completion(_reply({"role": "assistant", "content": None, "tool_calls": [call, call]}))
+    assert fault.value.billed is not None and fault.value.billed.usage == USAGE
+
+
+def test_more_choices_than_asked_is_a_billed_fault_never_the_first_taken():
+    choices = [
+        {"index": 0, "message": {"role": "assistant", "content": "[]"}, "finish_reason": "stop"},
+        {"index": 1, "message": {"role": "assistant", "content": '["May"]'}, "finish_reason": "stop"},
+    ]
+    with pytest.raises(NeverHeals, match="2 choices where 1 was asked") as fault:
+        parse_completion(_reply(choices=choices))
+    assert fault.value.kind == "several choices" and fault.value.billed.generated_text == '[]["May"]'
+
+
+def test_an_event_stream_body_is_joined_into_its_answer():
+    chunks = [
+        {
+            "id": "c",
+            "model": "m",
+            "provider": "DeepInfra",
+            "choices": [{"index": 0, "delta": {"role": "assistant", "content": '["Fri'}}],
+        },
+        {"id": "c", "choices": [{"index": 0, "delta": {"content": 'day"]'}}]},
+        {"id": "c", "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+        {"id": "c", "choices": [], "usage": USAGE},
+    ]
+    body = "".join(f"data: {json.dumps(chunk)}\n\n" for chunk in chunks) + "data: [DONE]\n\n"
+    response = httpx.Response(200, content=body.encode(), headers={"content-type": "text/event-stream"})
+    reply = parse_completion(response)
+    assert (reply.text, reply.finish_reason, reply.source) == ('["Friday"]', "stop", "content+stream")
+    assert reply.usage == USAGE and reply.served == {"model": "m", "provider": "DeepInfra"}
+
+
+def test_only_reasoning_null_content_and_no_choices_are_named_faults_and_billed():
+    with pytest.raises(NeverHeals, match="only reasoning") as fault:
+        parse_completion(
+            _reply({"role": "assistant", "content": None, "reasoning": "Let me think"}, finish_reason="length")
+        )
+    assert fault.value.billed.generated_text == "Let me think"
+    with pytest.raises(RetryableError, match="null content") as fault:
+        parse_completion(_reply({"role": "assistant", "content": None}))
+    assert fault.value.billed is not None
+    with pytest.raises(RetryableError, match="response without choices") as fault:
+        parse_completion(_reply(choices=[]))
+    assert fault.value.billed is not None  # a completion object with usage: the provider billed it
+
+
+def test_bodies_that_carry_no_completion_are_not_billed():
+    for response in (
+        httpx.Response(200, content=b"<html>502</html>", headers={"content-type": "text/html"}),
+        httpx.Response(200, json={"error": {"message": "upstream"}}),
+    ):
+        with pytest.raises(RetryableError) as fault:
+            parse_completion(response)
+        assert fault.value.billed is None
+
+
+def test_a_reply_without_usage_is_billed_with_an_empty_usage_to_estimate():
+    reply = parse_completion(_reply({"role": "assistant", "content": '["May"]'}, usage=None))
+    assert reply.billed.usage == {} and reply.billed.generated_text == '["May"]'

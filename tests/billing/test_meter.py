@@ -1,0 +1,64 @@
+"""The meter prices every attempt from what its reply reported (or counts it and says so) and
+admits an attempt only when the run's allowance holds its ceiling."""
+
+from __future__ import annotations
+
+import pytest
+
+from src.backends.base import ChatRequest
+from src.billing.bill import BilledReply
+from src.billing.ledger import Budget, reserve
+from src.billing.meter import Meter
+from src.billing.prices import Price, TokenCounter
+
+PRICE = Price(1.0, 2.0, modes={"batch": (0.5, 1.0)})  # USD per million tokens
+REQUEST = ChatRequest(messages=(("user", "x" * 400),), max_tokens=100)  # estimate 100 prompt tokens, bound 408
+
+
+def test_reported_usage_and_cost_are_kept_and_missing_figures_are_counted_and_labelled():
+    meter = Meter(PRICE, TokenCounter())
+    reported = meter.price_attempt(REQUEST, BilledReply({"prompt_tokens": 90, "completion_tokens": 10, "cost": 7e-5}))
+    assert (reported.prompt_tokens, reported.cost_reported, reported.cost_price_table, reported.cost_estimated) == (
+        90,
+        7e-5,
+        0.0,
+        0.0,
+    )
+    table = meter.price_attempt(REQUEST, BilledReply({"prompt_tokens": 90, "completion_tokens": 10}))
+    assert table.cost_price_table == pytest.approx((90 * 1 + 10 * 2) / 1e6) and table.estimated_prompt_tokens == 0
+    estimated = meter.price_attempt(REQUEST, BilledReply({}, generated_text="y" * 40))
+    assert (estimated.estimated_prompt_tokens, estimated.estimated_completion_tokens) == (100, 10)
+    assert estimated.cost_estimated == pytest.approx((100 + 20) / 1e6) and estimated.cost_price_table == 0.0
+    batch = meter.price_attempt(REQUEST, BilledReply({"prompt_tokens": 90, "completion_tokens": 10}), "batch")
+    assert batch.cost_price_table == pytest.approx(table.cost_price_table / 2)
+    unbilled = meter.price_attempt(REQUEST, None)
+    assert (unbilled.attempts, unbilled.billed_attempts, unbilled.cost) == (1, 0, 0.0)
+
+
+def test_an_attempt_is_admitted_only_while_spent_plus_in_flight_ceilings_fit(tmp_path):
+    ceiling = (408 * 1 + 100 * 2) / 1e6  # the bound: UTF-8 bytes + template markers, and max_tokens
+    budget = Budget(max_cost_usd=2.5 * ceiling, max_requests=3)
+    meter = Meter(PRICE, TokenCounter(), reserve(budget, "r", ceiling, 1))
+    first, second = meter.admit(REQUEST, True), meter.admit(REQUEST, True)
+    assert first and second and meter.admit(REQUEST, True) is None  # a third ceiling would pass 2.5
+    meter.settle(first, BilledReply({"prompt_tokens": 100, "completion_tokens": 0}))  # cost far below its ceiling
+    third = meter.admit(REQUEST, True)
+    assert third is not None and meter.admit(REQUEST, False) is None  # the cost cap again, not requests
+    meter.settle(second, None)
+    meter.settle(third, None)
+    assert meter.admit(REQUEST, True) is None  # max_requests=3: a fourth request is refused
+    retry = meter.admit(REQUEST, False)
+    assert retry is not None  # a retry is no new request
+    meter.release(retry)
+    assert meter.requests == 3 and meter.in_flight == 0
+    assert meter.total.attempts == 3 and meter.total.billed_attempts == 1
+    assert "budget: stopped sending" in meter.exhausted() and "budget.max_requests=3" in meter.exhausted()
+
+
+def test_without_a_cap_every_attempt_is_admitted_and_still_counted():
+    meter = Meter(None, TokenCounter())
+    admissions = [meter.admit(REQUEST, True) for _ in range(50)]
+    assert all(admissions) and meter.ceiling(REQUEST) == 0.0
+    for admission in admissions:
+        meter.settle(admission, BilledReply({"prompt_tokens": 3, "completion_tokens": 1, "cost": 1e-6}))
+    assert meter.total.cost_reported == pytest.approx(50e-6) and meter.spend()["requests"] == 50
