@@ -20,7 +20,16 @@ them with 429 (``when_busy="429"``); ``refuse_formats=("json_schema",)`` answers
 It records every request body, ``Authorization`` header, status and arrival time, the highest
 number in flight, and per prompt the requests received (``requests``), complete correct
 answers sent (``answers``) and faults served (``served_faults`` by kind), so a test can prove
-what was billed and that no answered prompt was asked for again.
+that no answered prompt was asked for again.
+
+**Billing** (what a provider would charge, whatever the body shows): every 200 whose body is a
+completion the server generated, written whole, is billed at the usage the server computed
+for it, also when the body leaves ``usage`` (or its ``cost``) out: ``billed`` counts
+``responses``, ``prompt_tokens`` and ``completion_tokens``, ``billed_cost`` the cost
+(``price_in_per_token`` / ``price_out_per_token``). Not billed: error statuses, ``hang``,
+``reset``, a body cut or undecodable (``truncated``, ``truncated_json``, ``bad_gzip``,
+``slow_drip_over``), an HTML page or an ``error`` object (no completion reached the client).
+Tokens are counted with ``count_tokens`` (default: whitespace-separated words).
 
 Usage::
 
@@ -70,7 +79,39 @@ FAULT_KINDS = (
     "slow_drip",  # the right answer dripped slowly, finishing within the client's timeout
     "slow_drip_over",  # the body dripped for longer than the client's timeout
     "retry_after_date",  # 429 with Retry-After as an HTTP date without a zone
+    # reply forms (issue 36): each billed, each with one meaning for the client
+    "no_usage",  # the right answer, no usage object
+    "no_cost",  # the right answer, usage without cost
+    "refusal",  # content null, message.refusal set: the model's answer
+    "two_choices",  # a wrong first choice and the right second one
+    "tool_calls",  # content null, the answer as one tool call's arguments
+    "stream_body",  # the right answer as Server-Sent Events (no stream was asked for)
+    "reasoning_only",  # content null, only message.reasoning, finish_reason length
 )
+#: Replies the server bills: a completion it generated reached the client whole (billing rule below).
+BILLED_KINDS = frozenset(
+    {
+        "null_content",
+        "missing_message",
+        "empty_choices",
+        "empty_stop",
+        "empty_error",
+        "parts",
+        "mismatch_same",
+        "mismatch_other",
+        "length",
+        "slow_drip",
+        "no_usage",
+        "no_cost",
+        "refusal",
+        "two_choices",
+        "tool_calls",
+        "stream_body",
+        "reasoning_only",
+    }
+)
+REFUSAL_TEXT = "I'm sorry, I can't help with that."
+REASONING_TEXT = "Let me think about the time expressions in this sentence first."
 # The faults the backend must heal within one run given enough retries (or one rerun).
 LEGACY_KINDS = FAULT_KINDS[:12]
 RETRY_AFTER_S = "0.05"
@@ -155,6 +196,9 @@ class OpenAIServer:
         slots: int | None = None,
         when_busy: str = "queue",
         refuse_formats: tuple[str, ...] = (),
+        count_tokens: Callable[[str], int] | None = None,
+        price_in_per_token: float = 1e-6,
+        price_out_per_token: float = 1e-6,
     ) -> None:
         if when_busy not in ("queue", "429"):
             raise ValueError(f"when_busy must be queue or 429, got {when_busy!r}")
@@ -174,6 +218,11 @@ class OpenAIServer:
         self.extra_fields = dict(extra_fields or {})
         self.when_busy = when_busy
         self.refuse_formats = tuple(refuse_formats)
+        self.count_tokens = count_tokens or (lambda text: len(text.split()))
+        self.price_in_per_token = price_in_per_token
+        self.price_out_per_token = price_out_per_token
+        self.billed: Counter[str] = Counter()  # responses, prompt_tokens, completion_tokens
+        self.billed_cost = 0.0
         self.refused_formats: Counter[str] = Counter()  # response_format type -> refusals sent
         self.busy_refusals = 0  # 429s sent because every slot was taken
         self.most_served = 0  # highest number of requests served at once (slots taken)
@@ -265,6 +314,8 @@ class OpenAIServer:
             self.most_served = 0
             self.busy_refusals = 0
             self.refused_formats.clear()
+            self.billed.clear()
+            self.billed_cost = 0.0
 
     def start(self) -> OpenAIServer:
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
@@ -282,17 +333,32 @@ class OpenAIServer:
     def __exit__(self, *exc_info) -> None:
         self.stop()
 
+    def prompt_tokens(self, body: dict) -> int:
+        if "prompt" in body and "messages" not in body:
+            return self.count_tokens(str(body["prompt"]))
+        return sum(self.count_tokens(str(m.get("content", ""))) for m in body.get("messages", []))
+
+    def usage_of(self, body: dict, generated: str) -> dict:
+        """The usage the server bills for generating ``generated`` in answer to ``body``."""
+        prompt, completion = self.prompt_tokens(body), self.count_tokens(generated)
+        usage = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+        usage["cost"] = round(self.price_in_per_token * prompt + self.price_out_per_token * completion, 12)
+        return usage
+
+    def bill(self, usage: dict) -> None:
+        """Record one billed reply (called once its body was written whole)."""
+        with self._lock:
+            self.billed["responses"] += 1
+            self.billed["prompt_tokens"] += usage["prompt_tokens"]
+            self.billed["completion_tokens"] += usage["completion_tokens"]
+            self.billed_cost += usage["cost"]
+
     def completion(self, body: dict, text: str | None = None) -> dict:
         """An answer in the OpenAI shape (``text`` defaults to the answer rule's)."""
         text = self.answer(body) if text is None else text
-        prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in body.get("messages", []))
-        usage = {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": len(text.split()),
-            "total_tokens": prompt_tokens + len(text.split()),
-        }
-        if self.report_cost:
-            usage["cost"] = round(1e-6 * usage["total_tokens"], 9)
+        usage = self.usage_of(body, text)
+        if not self.report_cost:
+            usage.pop("cost")
         if "prompt" in body and "messages" not in body:
             choice = {"index": 0, "text": text, "finish_reason": "stop"}
         else:
@@ -428,7 +494,9 @@ def _handler_for(server: OpenAIServer) -> type[BaseHTTPRequestHandler]:
                 elif isinstance(fault, str):
                     status = self._serve_fault(fault, body)
                 else:
-                    self._send(200, json.dumps(server.completion(body)))
+                    reply = server.completion(body)
+                    self._send(200, json.dumps(reply))
+                    server.bill(server.usage_of(body, _text_of(reply)))
                     server._answered(last_user_message(body))
             except (BrokenPipeError, ConnectionResetError):
                 status = 499  # the client gave up (timeout)
@@ -439,9 +507,19 @@ def _handler_for(server: OpenAIServer) -> type[BaseHTTPRequestHandler]:
                 server._leave(status)
 
         def _serve_fault(self, kind: str, body: dict) -> int:
-            """Serve the drawn fault ``kind``; returns the status sent (0: none)."""
-            answer = server.completion(body)
-            text = answer["choices"][0].get("message", {}).get("content", "")
+            """Serve the drawn fault ``kind``; returns the status sent (0: none); bill it if it is billed."""
+            answer = server.completion(body)  # the answer rule runs once per request
+            text = _text_of(answer)
+            billed = billed_usage(server, kind, body, text)
+            shown = dict(billed)
+            if not server.report_cost:
+                shown.pop("cost")
+            status = self._serve_kind(kind, body, {**answer, "usage": shown}, text)
+            if kind in BILLED_KINDS and status == 200:
+                server.bill(billed)
+            return status
+
+        def _serve_kind(self, kind: str, body: dict, answer: dict, text: str) -> int:
             if kind in ("429_retry_after", "429", "retry_after_date"):
                 headers = {}
                 if kind == "429_retry_after":
@@ -466,38 +544,21 @@ def _handler_for(server: OpenAIServer) -> type[BaseHTTPRequestHandler]:
                 self._send(200, payload, cut_at=len(payload) // 2)
             elif kind == "truncated_json":
                 self._send(200, payload[: len(payload) // 2])
-            elif kind == "null_content":
-                self._send(200, _with_message(answer, {"role": "assistant", "content": None}))
-            elif kind == "missing_message":
-                self._send(200, _with_message(answer, None))
-            elif kind == "empty_choices":
-                self._send(200, json.dumps({**answer, "choices": []}))
             elif kind == "html":
                 self._send(200, "<html><body><h1>502 Bad Gateway</h1></body></html>", content_type="text/html")
-            elif kind == "error_object":
-                self._send(200, '{"error": {"message": "upstream provider error", "code": 502}}')
-            elif kind in ("empty_stop", "empty_error"):
-                finish = "stop" if kind == "empty_stop" else "error"
-                self._send(200, _with_message(answer, {"role": "assistant", "content": ""}, finish))
-            elif kind == "parts":
-                half = len(text) // 2
-                parts = [{"type": "text", "text": text[:half]}, {"type": "text", "text": text[half:]}]
-                self._send(200, _with_message(answer, {"role": "assistant", "content": parts}))
-                server._answered(last_user_message(body))
-            elif kind == "mismatch_same":
-                self._send(200, json.dumps({**answer, "model": OTHER_MODEL}))
-            elif kind == "mismatch_other":
-                other = _with_message(answer, {"role": "assistant", "content": "[]"})
-                self._send(200, json.dumps({**json.loads(other), "model": OTHER_MODEL}))
-            elif kind == "length":
-                cut = {**answer, "usage": {**answer["usage"], "completion_tokens": 1}}
-                self._send(200, _with_message(cut, {"role": "assistant", "content": text[: len(text) // 2]}, "length"))
             elif kind == "bad_gzip":
                 self._send(200, payload, {"Content-Encoding": "gzip"}, raw=b"\x1f\x8b\x08\x00not-gzip-at-all")
             elif kind in ("slow_drip", "slow_drip_over"):
                 seconds = server.drip_s if kind == "slow_drip" else server.hang_s
                 self._drip(payload.encode("utf-8"), seconds)
                 if kind == "slow_drip":
+                    server._answered(last_user_message(body))
+            elif kind == "stream_body":
+                self._send(200, _event_stream(answer, text), content_type="text/event-stream")
+                server._answered(last_user_message(body))
+            else:
+                self._send(200, json.dumps(json_reply(kind, answer, text)))
+                if kind in READABLE_KINDS:
                     server._answered(last_user_message(body))
             return 200
 
@@ -546,6 +607,109 @@ _LLAMA_REFUSAL = (
     "'msg': \"Input should be 'text' or 'json_object'\", 'input': 'json_schema', "
     "'ctx': {'expected': \"'text' or 'json_object'\"}}]"
 )
+
+
+#: Reply kinds whose body carries the right answer where a client can read it.
+READABLE_KINDS = frozenset({"parts", "no_usage", "no_cost", "tool_calls", "stream_body", "slow_drip"})
+
+
+def json_reply(kind: str, answer: dict, text: str) -> dict:
+    """The JSON body of a reply of ``kind`` built from the complete ``answer`` (whose ``usage``
+    is what the server bills for it): the shapes a synchronous reply and a batch output line share."""
+    reply = json.loads(json.dumps(answer))
+    choice = reply["choices"][0]
+    if kind == "null_content":
+        choice["message"] = {"role": "assistant", "content": None}
+    elif kind == "missing_message":
+        choice.pop("message", None)
+    elif kind == "empty_choices":
+        reply["choices"] = []
+    elif kind == "error_object":
+        return {"error": {"message": "upstream provider error", "code": 502}}
+    elif kind in ("empty_stop", "empty_error"):
+        choice["message"] = {"role": "assistant", "content": ""}
+        choice["finish_reason"] = "stop" if kind == "empty_stop" else "error"
+    elif kind == "parts":
+        half = len(text) // 2
+        choice["message"] = {
+            "role": "assistant",
+            "content": [{"type": "text", "text": text[:half]}, {"type": "text", "text": text[half:]}],
+        }
+    elif kind == "mismatch_same":
+        reply["model"] = OTHER_MODEL
+    elif kind == "mismatch_other":
+        choice["message"] = {"role": "assistant", "content": "[]"}
+        reply["model"] = OTHER_MODEL
+    elif kind == "length":
+        choice["message"] = {"role": "assistant", "content": text[: len(text) // 2]}
+        choice["finish_reason"] = "length"
+    elif kind == "no_usage":
+        reply.pop("usage", None)
+    elif kind == "no_cost":
+        reply["usage"].pop("cost", None)
+    elif kind == "refusal":
+        choice["message"] = {"role": "assistant", "content": None, "refusal": REFUSAL_TEXT}
+    elif kind == "two_choices":
+        wrong = {"index": 0, "message": {"role": "assistant", "content": "[]"}, "finish_reason": "stop"}
+        reply["choices"] = [wrong, {**choice, "index": 1}]
+    elif kind == "tool_calls":
+        call = {"id": "call_0", "type": "function", "function": {"name": "answer", "arguments": text}}
+        choice["message"] = {"role": "assistant", "content": None, "tool_calls": [call]}
+        choice["finish_reason"] = "tool_calls"
+    elif kind == "reasoning_only":
+        choice["message"] = {"role": "assistant", "content": None, "reasoning": REASONING_TEXT}
+        choice["finish_reason"] = "length"
+    return reply
+
+
+def billed_usage(server: OpenAIServer, kind: str | None, body: dict, text: str) -> dict:
+    """The usage the server bills for a reply of ``kind`` (None: a plain answer)."""
+    if kind == "length":  # cut after one token: that is what it generated and says
+        usage = server.usage_of(body, "")
+        usage["completion_tokens"] = 1
+        usage["total_tokens"] += 1
+        usage["cost"] = round(usage["cost"] + server.price_out_per_token, 12)
+        return usage
+    return server.usage_of(body, _generated(kind, text) if kind else text)
+
+
+def _text_of(reply: dict) -> str:
+    choice = reply["choices"][0]
+    return choice.get("text") if "text" in choice else (choice.get("message") or {}).get("content", "")
+
+
+def _generated(kind: str, text: str) -> str:
+    """What the model generated for a reply of ``kind`` (what its completion tokens count)."""
+    if kind == "refusal":
+        return REFUSAL_TEXT
+    if kind == "reasoning_only":
+        return REASONING_TEXT
+    if kind == "two_choices":
+        return "[]" + text
+    if kind == "mismatch_other":
+        return "[]"
+    if kind in ("empty_stop", "empty_error"):
+        return ""
+    return text
+
+
+def _event_stream(reply: dict, text: str) -> str:
+    """``reply`` as Server-Sent Events: the text in three delta chunks, the finish, the usage, [DONE]."""
+    base = {"id": reply["id"], "object": "chat.completion.chunk", "created": reply["created"], "model": reply["model"]}
+    third = max(1, len(text) // 3)
+    pieces = [text[:third], text[third : 2 * third], text[2 * third :]]
+    chunks = [
+        {
+            **base,
+            "choices": [
+                {"index": 0, "delta": {"role": "assistant", "content": piece} if n == 0 else {"content": piece}}
+            ],
+        }
+        for n, piece in enumerate(pieces)
+    ]
+    chunks.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+    chunks.append({**base, "choices": [], "usage": reply["usage"]})
+    return "".join(f"data: {json.dumps(chunk)}\n\n" for chunk in chunks) + "data: [DONE]\n\n"
 
 
 def _with_message(answer: dict, message: dict | None, finish_reason: str | None = None) -> str:

@@ -1,0 +1,401 @@
+"""A loopback OpenAI Batch API (files + batches) on the fault server, for the batch-mode tests.
+
+:class:`BatchServer` is an :class:`~tests.helpers.openai_server.OpenAIServer` (the synchronous
+endpoints stay, so a client can fall back to them) that also serves:
+
+* ``POST /v1/files`` (multipart: ``purpose=batch``, ``file``: JSONL request lines) and
+  ``GET /v1/files/{id}/content``;
+* ``POST /v1/batches`` (``input_file_id``, ``endpoint``, ``completion_window``, ``metadata``),
+  ``GET /v1/batches/{id}``, ``GET /v1/batches`` and ``POST /v1/batches/{id}/cancel``.
+
+A batch completes at its ``polls_to_complete``-th poll (never while the server is
+:meth:`held <hold>`). Each line is answered as the synchronous endpoint answers it: the drawn,
+doomed and injected reply kinds of the fault server apply (a batch output line can carry a null
+content or a refusal), and billed lines are billed as synchronous replies are, at
+``batch_discount`` of the price; output bodies carry no ``usage.cost`` (OpenAI's do not).
+Faults of the batch itself: :meth:`fail_in_batch` (lines with a marker go to the error file
+with an HTTP status), :meth:`expire_next` and :meth:`cancel_next` (the next batch to complete
+expires or is cancelled with only its first ``done`` lines answered, the others in the error
+file with ``batch_expired`` / ``batch_cancelled``), :meth:`fail_next_validation`, and the
+cancel endpoint. Duplicate ``custom_id``s or a line whose ``url`` is not the batch's endpoint
+fail validation, as OpenAI's do.
+
+It records ``uploads`` ((file id, lines)), ``created`` (batch ids), ``polls`` per batch,
+``cancel_requests`` and ``batch_lines`` (custom_id -> times submitted in any batch), so a test
+can prove nothing was submitted twice. ``python -m tests.helpers.batch_server`` serves in its
+own process (a client can be SIGKILLed while it lives) with ``POST /v1/_control``
+(``{"hold": bool}``) and ``GET /v1/_stats``.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from email import policy
+from email.parser import BytesParser
+
+from tests.helpers.openai_server import (
+    BILLED_KINDS,
+    READABLE_KINDS,
+    Fault,
+    OpenAIServer,
+    _handler_for,
+    _text_of,
+    billed_usage,
+    json_reply,
+    last_user_message,
+)
+
+ACTIVE = ("validating", "in_progress", "finalizing", "cancelling")
+EXPIRED_MESSAGE = "This request could not be executed before the completion window expired."
+CANCELLED_MESSAGE = "This request was not executed because the batch was cancelled."
+
+
+@dataclass
+class Batch:
+    """One batch and what the server has decided for it."""
+
+    id: str
+    input_file_id: str
+    endpoint: str
+    window: str
+    metadata: dict
+    lines: list[dict]
+    created_at: int
+    status: str = "in_progress"
+    polls: int = 0
+    errors: dict | None = None
+    output_file_id: str | None = None
+    error_file_id: str | None = None
+    counts: dict = field(default_factory=lambda: {"total": 0, "completed": 0, "failed": 0})
+    ended: dict = field(default_factory=dict)  # completed_at / expired_at / cancelled_at / failed_at
+
+    def as_json(self) -> dict:
+        stamps = ("in_progress_at", "finalizing_at", "completed_at", "failed_at", "expired_at", "cancelling_at")
+        return {
+            "id": self.id,
+            "object": "batch",
+            "endpoint": self.endpoint,
+            "errors": self.errors,
+            "input_file_id": self.input_file_id,
+            "completion_window": self.window,
+            "status": self.status,
+            "output_file_id": self.output_file_id,
+            "error_file_id": self.error_file_id,
+            "created_at": self.created_at,
+            **{stamp: self.ended.get(stamp) for stamp in stamps},
+            "cancelled_at": self.ended.get("cancelled_at"),
+            "expires_at": self.created_at + 86_400,
+            "request_counts": dict(self.counts),
+            "metadata": self.metadata,
+        }
+
+
+class BatchServer(OpenAIServer):
+    """The fault server plus the Batch API (see the module docstring)."""
+
+    def __init__(self, *args, polls_to_complete: int = 2, batch_discount: float = 0.5, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.polls_to_complete = polls_to_complete
+        self.batch_discount = batch_discount
+        self.files: dict[str, tuple[str, bytes]] = {}  # id -> (purpose, content)
+        self.batches: dict[str, Batch] = {}
+        self.uploads: list[tuple[str, int]] = []
+        self.created: list[str] = []
+        self.polls: Counter[str] = Counter()
+        self.cancel_requests: list[str] = []
+        self.batch_lines: Counter[str] = Counter()
+        self.batch_billed: Counter[str] = Counter()  # what batch lines billed (also in ``billed``)
+        self._held = False
+        self._line_faults: list[Fault] = []
+        self._next_end: tuple[str, int] | None = None  # ("expired" | "cancelled", lines answered)
+        self._fail_validation = False
+        self._ids = 0
+        self._batch_lock = threading.RLock()
+        self._server.RequestHandlerClass = _batch_handler_for(self)
+
+    # ----- controls ------------------------------------------------------------------------------
+
+    def hold(self) -> None:
+        self._held = True
+
+    def release(self) -> None:
+        self._held = False
+
+    def fail_in_batch(self, marker: str, status: int = 500, times: int | None = None) -> None:
+        """Lines whose prompt has ``marker`` go to the error file with ``status`` (``times`` lines; None: all)."""
+        with self._batch_lock:
+            self._line_faults.append(Fault(marker, status, times))
+
+    def expire_next(self, done: int) -> None:
+        self._next_end = ("expired", done)
+
+    def cancel_next(self, done: int) -> None:
+        self._next_end = ("cancelled", done)
+
+    def fail_next_validation(self) -> None:
+        self._fail_validation = True
+
+    # ----- the API -------------------------------------------------------------------------------
+
+    def _new_id(self, prefix: str) -> str:
+        with self._batch_lock:
+            self._ids += 1
+            return f"{prefix}-{self._ids:04d}"
+
+    def upload(self, purpose: str, content: bytes) -> dict:
+        file_id = self._new_id("file")
+        with self._batch_lock:
+            self.files[file_id] = (purpose, content)
+            self.uploads.append((file_id, len([line for line in content.splitlines() if line.strip()])))
+        return {
+            "id": file_id,
+            "object": "file",
+            "bytes": len(content),
+            "created_at": int(time.time()),
+            "filename": "input.jsonl",
+            "purpose": purpose,
+        }
+
+    def create(self, request: dict) -> tuple[int, dict]:
+        file_id = request.get("input_file_id")
+        if file_id not in self.files:
+            return 404, {"error": {"message": f"No such File object: {file_id}", "type": "invalid_request_error"}}
+        lines = [json.loads(line) for line in self.files[file_id][1].splitlines() if line.strip()]
+        batch = Batch(
+            self._new_id("batch"),
+            file_id,
+            str(request.get("endpoint")),
+            str(request.get("completion_window")),
+            dict(request.get("metadata") or {}),
+            lines,
+            int(time.time()),
+        )
+        batch.counts["total"] = len(lines)
+        problems = self._validation_problems(batch)
+        with self._batch_lock:
+            if self._fail_validation:
+                problems.append({"code": "invalid_request", "message": "injected validation failure", "line": 1})
+                self._fail_validation = False
+            if problems:
+                batch.status, batch.errors = "failed", {"object": "list", "data": problems}
+                batch.ended["failed_at"] = int(time.time())
+            else:
+                for line in lines:
+                    self.batch_lines[str(line.get("custom_id"))] += 1
+            self.batches[batch.id] = batch
+            self.created.append(batch.id)
+        return 200, batch.as_json()
+
+    @staticmethod
+    def _validation_problems(batch: Batch) -> list[dict]:
+        problems, seen = [], set()
+        for number, line in enumerate(batch.lines, 1):
+            custom_id = line.get("custom_id")
+            if custom_id in seen:
+                problems.append(
+                    {"code": "duplicate_custom_id", "message": f"duplicate custom_id {custom_id}", "line": number}
+                )
+            seen.add(custom_id)
+            if line.get("url") != batch.endpoint:
+                problems.append(
+                    {"code": "invalid_url", "message": f"url {line.get('url')} is not {batch.endpoint}", "line": number}
+                )
+        return problems
+
+    def poll(self, batch_id: str) -> tuple[int, dict]:
+        with self._batch_lock:
+            batch = self.batches.get(batch_id)
+            if batch is None:
+                return 404, {"error": {"message": f"No such Batch object: {batch_id}"}}
+            self.polls[batch_id] += 1
+            batch.polls += 1
+            if batch.status == "cancelling":
+                self._finish(batch, "cancelled", 0)
+            elif batch.status in ("validating", "in_progress") and not self._held:
+                if batch.polls >= self.polls_to_complete:
+                    end, done = self._next_end or ("completed", len(batch.lines))
+                    self._next_end = None
+                    self._finish(batch, end, done)
+            return 200, batch.as_json()
+
+    def cancel(self, batch_id: str) -> tuple[int, dict]:
+        with self._batch_lock:
+            batch = self.batches.get(batch_id)
+            if batch is None:
+                return 404, {"error": {"message": f"No such Batch object: {batch_id}"}}
+            self.cancel_requests.append(batch_id)
+            if batch.status in ("validating", "in_progress"):
+                batch.status = "cancelling"
+                batch.ended["cancelling_at"] = int(time.time())
+            return 200, batch.as_json()
+
+    def _finish(self, batch: Batch, end: str, done: int) -> None:
+        """Answer the first ``done`` lines; the rest go to the error file with the end's code."""
+        output, errors = [], []
+        for number, line in enumerate(batch.lines):
+            if number >= done:
+                code, message = (
+                    ("batch_expired", EXPIRED_MESSAGE) if end == "expired" else ("batch_cancelled", CANCELLED_MESSAGE)
+                )
+                errors.append(self._error_line(line, None, {"code": code, "message": message}))
+                continue
+            item, failed = self._answer_line(line)
+            (errors if failed else output).append(item)
+        batch.counts.update(completed=len(output), failed=len(errors))
+        if output:
+            batch.output_file_id = self._store(output)
+        if errors:
+            batch.error_file_id = self._store(errors)
+        batch.status = end
+        batch.ended[f"{end}_at"] = int(time.time())
+
+    def _store(self, items: list[dict]) -> str:
+        file_id = self._new_id("file")
+        self.files[file_id] = ("batch_output", ("\n".join(json.dumps(i) for i in items) + "\n").encode())
+        return file_id
+
+    def _answer_line(self, line: dict) -> tuple[dict, bool]:
+        """(the output or error line for one request line, whether it failed)."""
+        body = line.get("body") or {}
+        for fault in self._line_faults:
+            if fault.matches(body) and (fault.times is None or fault.times > 0):
+                if fault.times is not None:
+                    fault.times -= 1
+                response = {"status_code": fault.status, "request_id": self._new_id("req"),
+                            "body": {"error": {"message": "injected batch line failure", "type": "server_error"}}}  # fmt: skip
+                return self._error_line(line, response, None), True
+        injected = self._admit(body, "")
+        kind = injected if isinstance(injected, str) else None
+        answer = self.completion(body)
+        text = _text_of(answer)
+        usage = billed_usage(self, kind, body, text)
+        usage["cost"] = round(usage["cost"] * self.batch_discount, 12)
+        shown = {k: v for k, v in usage.items() if k != "cost"}
+        reply = json_reply(kind, {**answer, "usage": shown}, text) if kind else {**answer, "usage": shown}
+        if kind is None or kind in BILLED_KINDS:
+            self.bill(usage)
+            with self._lock:
+                self.batch_billed["responses"] += 1
+                self.batch_billed["prompt_tokens"] += usage["prompt_tokens"]
+                self.batch_billed["completion_tokens"] += usage["completion_tokens"]
+        if kind is None or kind in READABLE_KINDS:
+            self._answered(last_user_message(body))
+        self._leave(200)
+        status = 200 if "error" not in reply else 500
+        response = {"status_code": status, "request_id": self._new_id("req"), "body": reply}
+        return {
+            "id": self._new_id("batch_req"),
+            "custom_id": line.get("custom_id"),
+            "response": response,
+            "error": None,
+        }, False
+
+    def _error_line(self, line: dict, response: dict | None, error: dict | None) -> dict:
+        return {
+            "id": self._new_id("batch_req"),
+            "custom_id": line.get("custom_id"),
+            "response": response,
+            "error": error,
+        }
+
+    def stats(self) -> dict:
+        with self._batch_lock:
+            return {
+                "uploads": len(self.uploads),
+                "created": list(self.created),
+                "polls": dict(self.polls),
+                "batch_lines": dict(self.batch_lines),
+                "billed": dict(self.billed),
+                "requests": self.request_count,
+            }
+
+
+def _multipart(content_type: str, data: bytes) -> dict[str, bytes]:
+    """The fields of a multipart/form-data body."""
+    message = BytesParser(policy=policy.default).parsebytes(f"Content-Type: {content_type}\r\n\r\n".encode() + data)
+    return {
+        part.get_param("name", header="content-disposition"): part.get_payload(decode=True)
+        for part in message.iter_parts()
+    }
+
+
+def _batch_handler_for(server: BatchServer):
+    base = _handler_for(server)
+
+    class Handler(base):
+        def _json(self, status: int, payload: dict) -> None:
+            self._send(status, json.dumps(payload))
+
+        def do_GET(self) -> None:  # noqa: N802 (http.server naming)
+            path = self.path.split("?")[0].rstrip("/")
+            parts = path.split("/")
+            if path.endswith("/_stats") and isinstance(server, BatchServer):
+                self._json(200, server.stats())
+            elif path.endswith("/batches"):
+                with server._batch_lock:
+                    data = [b.as_json() for b in reversed(list(server.batches.values()))]
+                self._json(200, {"object": "list", "data": data, "first_id": None, "last_id": None, "has_more": False})
+            elif len(parts) >= 2 and parts[-2] == "batches":
+                self._json(*server.poll(parts[-1]))
+            elif path.endswith("/content") and parts[-3] == "files":
+                stored = server.files.get(parts[-2])
+                if stored is None:
+                    self._json(404, {"error": {"message": f"No such File object: {parts[-2]}"}})
+                else:
+                    self._send(200, stored[1].decode(), content_type="application/octet-stream")
+            else:
+                super().do_GET()
+
+        def do_POST(self) -> None:  # noqa: N802 (http.server naming)
+            path = self.path.split("?")[0].rstrip("/")
+            if not path.endswith(("/files", "/batches", "/cancel", "/_control")):
+                super().do_POST()
+                return
+            data = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            if path.endswith("/files"):
+                fields = _multipart(self.headers.get("Content-Type", ""), data)
+                purpose = (fields.get("purpose") or b"").decode()
+                if purpose != "batch" or "file" not in fields:
+                    self._json(400, {"error": {"message": "purpose must be batch and a file is required"}})
+                else:
+                    self._json(200, server.upload(purpose, fields["file"]))
+            elif path.endswith("/batches"):
+                self._json(*server.create(json.loads(data or b"{}")))
+            elif path.endswith("/cancel"):
+                self._json(*server.cancel(path.split("/")[-2]))
+            else:
+                control = json.loads(data or b"{}")
+                if "hold" in control:
+                    server.hold() if control["hold"] else server.release()
+                self._json(200, {"held": server._held})
+
+    return Handler
+
+
+def main() -> None:
+    """Serve until stdin closes: ``python -m tests.helpers.batch_server --polls-to-complete 2``."""
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(description="loopback OpenAI Batch API server")
+    parser.add_argument("--polls-to-complete", type=int, default=2)
+    parser.add_argument("--hold", action="store_true", help="start held: batches stay in progress")
+    parser.add_argument("--answer", default="tests.helpers.openai_server:quoted_words_answer", help="module:rule")
+    args = parser.parse_args()
+    import importlib
+
+    module, _, name = args.answer.partition(":")
+    rule = getattr(importlib.import_module(module), name)
+    with BatchServer(answer=rule, polls_to_complete=args.polls_to_complete) as server:
+        if args.hold:
+            server.hold()
+        print(server.base_url, flush=True)
+        sys.stdin.read()
+
+
+if __name__ == "__main__":
+    main()
