@@ -571,7 +571,7 @@ class OpenAIBackend:
         # The server cannot stop at a repeated item, so the same answer is cut from its text.
         text, cut = cut_at_repeat(reply.text, request.stop_at_repeat)
         reply.text, reply.finish_reason = text, "stop" if cut else reply.finish_reason
-        if not reply.source.startswith("content"):
+        if reply.source != "content":
             reply.served = {**reply.served, "answer_from": reply.source}
         return reply
 

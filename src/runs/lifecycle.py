@@ -54,6 +54,8 @@ from src.tracking import StoreError, config_secrets, log_json_artifact, redact, 
 from src.verdict import run_verdict
 
 log = logging.getLogger("src.run")
+#: Client libraries that log every HTTP request at INFO: a paper-scale run would print 281,000 lines.
+QUIET_LOGGERS = ("httpx", "httpcore", "openai")
 
 EXIT_INTERRUPTED = 128 + signal.SIGINT  # 130, what a shell reports for Ctrl-C
 # 143: SIGTERM stops the run exactly as Ctrl-C does (same line, run FAILED, answers cached); only
@@ -105,6 +107,8 @@ def check_tracking_store(cfg: DictConfig) -> str:
 
 def run(cfg: DictConfig) -> int:
     """Run the configuration; returns the process exit code (1 when requests failed)."""
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
     strategy, options, files = check_config(cfg)
     budget = budget_from_config(cfg)
     store_uri = check_tracking_store(cfg)

@@ -358,10 +358,13 @@ def write_summary(path: Path, record: RunRecord, outcome: RunOutcome) -> None:
 
 
 def report_failures(outcome: RunOutcome) -> list[str]:
-    """One line per dataset that was not scored, naming the ids and their real causes."""
+    """One line per dataset that was not scored, naming each real cause once with its ids."""
     lines = []
     for o in outcome.outcomes:
         if o.evaluation is None:
-            causes = "; ".join(f"{instance}: {cause}" for instance, cause in sorted(o.failures.items()))
+            by_cause: dict[str, list[str]] = {}
+            for instance, cause in sorted(o.failures.items()):
+                by_cause.setdefault(cause, []).append(instance)
+            causes = "; ".join(f"{cause}: {', '.join(ids)}" for cause, ids in by_cause.items())
             lines.append(f"{o.key}: {len(o.failures)} request(s) failed, dataset not scored ({causes})")
     return lines

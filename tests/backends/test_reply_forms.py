@@ -104,3 +104,40 @@ def test_bodies_that_carry_no_completion_are_not_billed():
 def test_a_reply_without_usage_is_billed_with_an_empty_usage_to_estimate():
     reply = parse_completion(_reply({"role": "assistant", "content": '["May"]'}, usage=None))
     assert reply.billed.usage == {} and reply.billed.generated_text == '["May"]'
+
+
+@pytest.mark.parametrize(
+    "kind, error",
+    [
+        (
+            "two_choices",
+            "gave up after 2 attempts: reply has 2 choices where 1 was asked (none is taken); retrying does not heal this",
+        ),
+        ("reasoning_only", "gave up after 2 attempts: no answer, only reasoning"),
+    ],
+)
+def test_a_reply_form_that_is_no_answer_is_retried_once_then_named_and_its_attempts_billed(kind, error):
+    from src.backends.base import ChatRequest
+    from src.backends.openai_backend import OpenAIBackend
+    from tests.helpers.openai_server import OpenAIServer, quoted_words_answer
+
+    with OpenAIServer(answer=quoted_words_answer) as server:
+        server.doom("Friday", kind)
+        backend = OpenAIBackend(model_id="m", base_url=server.base_url, backoff_base_s=0.0, backoff_max_s=0.0)
+        (result,) = backend.generate([ChatRequest(messages=(("user", 'Find "Friday"'),), request_id="x")])
+        billed = server.billed["responses"]
+    assert result.text is None and result.error.startswith(error)
+    assert result.bill.attempts == result.bill.billed_attempts == billed == 2
+
+
+def test_answers_read_from_a_tool_call_or_an_event_stream_say_where_they_came_from():
+    from src.backends.base import ChatRequest
+    from src.backends.openai_backend import OpenAIBackend
+    from tests.helpers.openai_server import OpenAIServer, quoted_words_answer
+
+    with OpenAIServer(answer=quoted_words_answer) as server:
+        backend = OpenAIBackend(model_id="m", base_url=server.base_url)
+        for kind, source in (("tool_calls", "tool_calls"), ("stream_body", "content+stream")):
+            server.doom("Friday", kind)
+            (result,) = backend.generate([ChatRequest(messages=(("user", f'Find "Friday" {kind}'),))])
+            assert result.text == '["Friday"]' and result.served["answer_from"] == source and result.attempts == 1

@@ -277,7 +277,7 @@ class BatchServer(OpenAIServer):
         shown = {k: v for k, v in usage.items() if k != "cost"}
         reply = json_reply(kind, {**answer, "usage": shown}, text) if kind else {**answer, "usage": shown}
         if kind is None or kind in BILLED_KINDS:
-            self.bill(usage)
+            self.bill(usage, kind if kind == "no_usage" else "no_cost")  # batch bodies show no cost
             with self._lock:
                 self.batch_billed["responses"] += 1
                 self.batch_billed["prompt_tokens"] += usage["prompt_tokens"]

@@ -223,6 +223,8 @@ class OpenAIServer:
         self.price_out_per_token = price_out_per_token
         self.billed: Counter[str] = Counter()  # responses, prompt_tokens, completion_tokens
         self.billed_cost = 0.0
+        self.billed_unshown: Counter[str] = Counter()
+        self.billed_cost_shown = 0.0
         self.refused_formats: Counter[str] = Counter()  # response_format type -> refusals sent
         self.busy_refusals = 0  # 429s sent because every slot was taken
         self.most_served = 0  # highest number of requests served at once (slots taken)
@@ -316,6 +318,8 @@ class OpenAIServer:
             self.refused_formats.clear()
             self.billed.clear()
             self.billed_cost = 0.0
+            self.billed_unshown.clear()
+            self.billed_cost_shown = 0.0
 
     def start(self) -> OpenAIServer:
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
@@ -345,13 +349,21 @@ class OpenAIServer:
         usage["cost"] = round(self.price_in_per_token * prompt + self.price_out_per_token * completion, 12)
         return usage
 
-    def bill(self, usage: dict) -> None:
-        """Record one billed reply (called once its body was written whole)."""
+    def bill(self, usage: dict, kind: str | None = None) -> None:
+        """Record one billed reply of ``kind`` (called once its body was written whole); what the
+        body showed is counted apart: ``billed_unshown`` (tokens of replies without usage) and
+        ``billed_cost_shown`` (the cost the bodies reported)."""
         with self._lock:
             self.billed["responses"] += 1
             self.billed["prompt_tokens"] += usage["prompt_tokens"]
             self.billed["completion_tokens"] += usage["completion_tokens"]
             self.billed_cost += usage["cost"]
+            if kind == "no_usage":
+                self.billed_unshown["responses"] += 1
+                self.billed_unshown["prompt_tokens"] += usage["prompt_tokens"]
+                self.billed_unshown["completion_tokens"] += usage["completion_tokens"]
+            elif self.report_cost and kind != "no_cost":
+                self.billed_cost_shown += usage["cost"]
 
     def completion(self, body: dict, text: str | None = None) -> dict:
         """An answer in the OpenAI shape (``text`` defaults to the answer rule's)."""
@@ -456,13 +468,14 @@ def _handler_for(server: OpenAIServer) -> type[BaseHTTPRequestHandler]:
                 server.reset_counts()
                 self._send(200, "{}")
                 return
+            if not self.path.rstrip("/").endswith(("/chat/completions", "/completions")):
+                self.rfile.read(length)
+                self._send(404, '{"error": {"message": "not found"}}')
+                return
             try:
                 body = json.loads(self.rfile.read(length) or b"{}")
             except ValueError:
                 self._send(400, '{"error": {"message": "invalid JSON"}}')
-                return
-            if not self.path.rstrip("/").endswith(("/chat/completions", "/completions")):
-                self._send(404, '{"error": {"message": "not found"}}')
                 return
             authorization = self.headers.get("Authorization", "")
             fault = server._admit(body, authorization)
@@ -516,7 +529,7 @@ def _handler_for(server: OpenAIServer) -> type[BaseHTTPRequestHandler]:
                 shown.pop("cost")
             status = self._serve_kind(kind, body, {**answer, "usage": shown}, text)
             if kind in BILLED_KINDS and status == 200:
-                server.bill(billed)
+                server.bill(billed, kind)
             return status
 
         def _serve_kind(self, kind: str, body: dict, answer: dict, text: str) -> int:
