@@ -147,6 +147,11 @@ def check_backend_options(backend: str, options: dict[str, Any]) -> None:
     mismatch = options.get("on_model_mismatch")
     if mismatch is not None and mismatch not in ("warn", "fail"):
         raise ConfigError(f"{prefix}.on_model_mismatch: expected warn or fail, got {mismatch!r}")
+    from src.backends.batch_apis import DIALECTS
+
+    dialect = options.get("batch_api")
+    if dialect is not None and dialect not in DIALECTS:
+        raise ConfigError(f"{prefix}.batch_api: expected one of {', '.join(DIALECTS)}, got {dialect!r}")
     mode = options.get("mode")
     if mode is not None and mode not in MODES:
         raise ConfigError(f"{prefix}.mode: expected one of {', '.join(MODES)}, got {mode!r}")

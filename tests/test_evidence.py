@@ -209,6 +209,9 @@ def test_a_report_from_hand_runs_says_so(study, capsys):
     assert "Hand runs: the configurations were chosen by hand (--runs " + outcome.run_id in report
     f1 = json.loads((root / "evidence/runs/m-I/run.json").read_text())["metrics"]["timex.base.f1"]
     assert f"{f1:.3f}" in report
+    # the usage the runs logged (their usage.* metrics; a hand report has no summaries): 2 datasets x EchoSystem's
+    assert "**Requests and cost** (the 1 prompted runs' totals" in report and ": 6 requests, of which 0 sent" in report
+    assert "new cost $1.00 ($1.00 from runs that logged no split)" in report
     assert analyze_main(["--runs", ",", "--tracking-uri", uri, "--out", str(out)]) == 2
     assert capsys.readouterr().err.strip().splitlines()[-1] == "error: --runs names no run id"
 

@@ -59,6 +59,7 @@ import openai
 from tqdm.auto import tqdm
 
 from src.backends.base import ChatRequest, GenerationResult, OrderedResults, ResultCallback
+from src.backends.batch_apis import DIALECTS
 from src.backends.concurrency import (
     NEUTRAL,
     OVERLOAD,
@@ -156,6 +157,8 @@ class OpenAIBackend:
         batch_poll_s, batch_completion_window, batch_max_requests, batch_rounds: the Batch API's
             poll interval, completion window, most requests per batch, and how many more
             batches a request that failed in one gets before the synchronous path answers it.
+        batch_api: the Batch API's dialect (:mod:`src.backends.batch_apis`): ``openai`` (files),
+            ``openrouter`` (inline requests), ``auto`` (OpenRouter's on openrouter.ai).
     """
 
     name = "openai"
@@ -185,6 +188,7 @@ class OpenAIBackend:
         batch_completion_window: str = "24h",
         batch_max_requests: int = 50_000,
         batch_rounds: int = 1,
+        batch_api: str = "auto",
     ) -> None:
         if not model_id:
             raise ValueError("openai backend: model_id is required")
@@ -230,6 +234,9 @@ class OpenAIBackend:
         self.batch_completion_window = batch_completion_window
         self.batch_max_requests = int(batch_max_requests)
         self.batch_rounds = int(batch_rounds)
+        if batch_api not in DIALECTS:
+            raise ValueError(f"openai backend: batch_api must be one of {DIALECTS}, got {batch_api!r}")
+        self.batch_api = batch_api
         self.batch_dir: Path | None = None  # where batch ids are kept (the run sets it beside the cache)
         self.meter = Meter()  # the run replaces it with one that knows the price and the cap
         self.stop_reason: str | None = None  # why the last call stopped early (budget, a repeated fault, a key)

@@ -1,63 +1,45 @@
-"""One backend call through the OpenAI-compatible Batch API: upload, create, poll, collect.
+"""One backend call through a Batch API: submit, poll, collect, and what no batch answered.
 
 ``mode: batch`` sends the requests a call was given (the cached backend gives it only the
-uncached ones) as one JSONL file of request lines (``custom_id``, ``method``, ``url``, ``body``;
-the body the synchronous path would send), creates a batch for it, polls it every
-``batch_poll_s`` seconds, and reads its output and error files. Every output line is read
+uncached ones) as batches of request lines (``custom_id`` and the very body the synchronous path
+would send), in the endpoint's dialect (:mod:`src.backends.batch_apis`: OpenAI's files or
+OpenRouter's inline requests), polls every ``batch_poll_s`` seconds and reads each result line
 exactly as a synchronous reply (:mod:`src.backends.openai_reply`, then the backend's own
-``answer_of``), so the answers, the response cache, scoring and resume are the same as the
-synchronous path's; each is billed at the model's batch price.
+``answer_of``), so the answers, the response cache, scoring and resume are the synchronous
+path's; each is billed at the model's batch price, every line admitted by the run's meter first.
 
-Batch ids are kept beside the response cache (``<cache>/../batches/``), written before and
-after each step under a file lock: a run killed while it polls resumes polling the same batch
-and never submits a request twice (a kill between the upload and the batch's creation is
-resolved by finding the batch created from that file, else creating it from the same file).
-Two runs of one endpoint and model at once decide what to submit one after the other, so they
-share batches the same way.
+Batch ids are kept beside the response cache (:mod:`src.backends.batch_state`), each step
+recorded before the next: a run killed while it polls resumes polling the same batch and never
+submits a request twice; processes of one endpoint and model decide what to submit one after
+the other, so they share batches too.
 
-A request the batch did not answer (its line in the error file, a reply that is a fault, a
-batch that expired, was cancelled or failed validation) goes to the next batch, at most
-``batch_rounds`` more times, and then to the synchronous path; each move is logged with its
-count and causes. Which providers accept this API: docs/cost.md.
+A request a batch did not answer (its error line, a reply that is a fault, a batch that expired,
+was cancelled or failed validation) goes to the next batch, at most ``batch_rounds`` more times,
+then to the synchronous path; each move is logged with its count and causes. A Batch API call
+that fails for good (a rejected key, an endpoint without the API) fails the call's requests with
+one line. Which providers accept which dialect: docs/cost.md.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import fcntl
-import hashlib
-import json
 import logging
-import os
-import time
 from collections import Counter
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import openai
 from tqdm.auto import tqdm
 
 from src.backends.base import ChatRequest, GenerationResult, OrderedResults, ResultCallback
+from src.backends.batch_apis import TERMINAL, BatchAPIError, BatchView, batch_api
+from src.backends.batch_state import BatchState, custom_ids, state_file
 from src.backends.openai_reply import RetryableError, error_text, reply_of
-from src.backends.retry import is_auth_status, is_retryable_status
 from src.billing.bill import Bill
 from src.billing.meter import Admission
 
-OpenAIBackend = Any  # the backend that calls (it imports this module, so no import back)
-
 logger = logging.getLogger(__name__)
 
-STATE_FORMAT = 1
-ACTIVE = frozenset({"validating", "in_progress", "finalizing", "cancelling"})
-TERMINAL = frozenset({"completed", "expired", "cancelled", "failed"})
-API_RETRIES = 6  # retries of one Batch API call (upload, create, poll, download) on a transient fault
-
-
-class BatchAPIError(RuntimeError):
-    """A Batch API call that failed for good (a rejected key, a 4xx, a fault past its retries):
-    every request of the call not answered yet fails with this one line."""
+OpenAIBackend = Any  # the backend that calls (it imports this module, so no import back)
 
 
 class BatchCall:
@@ -78,20 +60,20 @@ class BatchCall:
         self.bills = [Bill() for _ in requests]
         self.attempts = [0] * len(requests)
         self.causes: dict[int, str] = {}  # the last reason a request came back unanswered
-        self.state = BatchState(state_file(backend))
         self.capped: set[int] = set()  # requests the cap left out of the latest round
+        self.state = BatchState(state_file(backend))
         self.bar = tqdm(total=len(requests), desc=progress, unit="req", disable=progress is None)
 
     async def run(self) -> list[GenerationResult]:
         pending = set(range(len(self.requests)))
-        client = self.backend.client(2)
         try:
-            async with client:
+            async with self.backend.client(2) as client:
+                api = batch_api(self.backend, client)
                 for round_number in range(self.backend.batch_rounds + 1):
                     if not pending:
                         break
-                    pending = await self._round(client, pending, round_number)
-            capped = {n for n in pending if n in self.capped}
+                    pending = await self._round(api, pending, round_number)
+            capped = pending & self.capped
             for n in sorted(capped):
                 self._fail(n, self.backend.meter.exhausted(self.requests[n], "batch"))
             if pending - capped:
@@ -106,27 +88,25 @@ class BatchCall:
             self.bar.close()
         return self.results.as_list()
 
-    async def _round(self, client: openai.AsyncOpenAI, pending: set[int], round_number: int) -> set[int]:
+    async def _round(self, api, pending: set[int], round_number: int) -> set[int]:
         """Adopt the batches an earlier process left for these requests, submit the rest, poll all
         to the end and collect; returns the requests still unanswered."""
         admissions: dict[int, Admission] = {}
         with self.state.claim():  # adopt-or-submit is one step for every process of this endpoint
             batches = self.state.adoptable({self.ids[n] for n in pending})
-            adopted = set()
             for entry in batches:
                 mine = self._mine(entry)
-                logger.info("batch %s: resuming (%d of this call's requests)", entry["batch_id"], len(mine))
+                logger.info("batch %s: resuming (%d of this call's requests)", entry.get("batch_id"), len(mine))
                 for n in mine:  # sent by the process that submitted them: counted whatever the cap says
                     self.attempts[n] += 1
                     admissions[n] = self.backend.meter.admit(self.requests[n], self.attempts[n] == 1, "batch", True)
-                    adopted.add(n)
-            admitted = self._admit([n for n in sorted(pending) if n not in adopted])
+            admitted = self._admit([n for n in sorted(pending) if n not in admissions])
             admissions.update(admitted)
-            for chunk in _chunks(sorted(admitted), self.backend.batch_max_requests):
-                batches.append(await self._submit(client, chunk, round_number))
+            for number, chunk in enumerate(_chunks(sorted(admitted), self.backend.batch_max_requests)):
+                batches.append(await self._submit(api, chunk, f"{round_number}.{number}"))
         unanswered = pending - set(admissions)
         for entry in batches:
-            unanswered |= await self._finish(client, entry, admissions)
+            unanswered |= await self._finish(api, entry, admissions)
         if unanswered:
             causes = Counter(self.causes.get(n, "no result") for n in unanswered)
             listed = "; ".join(f"{count} x {cause}" for cause, count in causes.most_common(5))
@@ -159,79 +139,62 @@ class BatchCall:
                 self.attempts[n] += 1
         return admitted
 
-    async def _submit(self, client: openai.AsyncOpenAI, chunk: list[int], round_number: int) -> dict:
-        """Upload the lines and create their batch, recording each step before the next."""
+    async def _submit(self, api, chunk: list[int], key: str) -> dict:
+        """Submit one batch of request lines, recording each step before the next."""
         lines, endpoint = [], None
         for n in chunk:
             path, body = self.backend.body(self.requests[n])
-            endpoint = endpoint or path
-            lines.append(json.dumps({"custom_id": self.ids[n], "method": "POST", "url": "/v1" + path, "body": body}))
-        data = ("\n".join(lines) + "\n").encode("utf-8")
-        name = f"tempgen-{hashlib.sha256(data).hexdigest()[:16]}.jsonl"
-        uploaded = await self._call(
-            lambda: client.files.create(file=(name, data, "application/jsonl"), purpose="batch")
-        )
-        entry = {
-            "input_file_id": uploaded.id,
-            "batch_id": None,
-            "endpoint": "/v1" + endpoint,
-            "custom_ids": [self.ids[n] for n in chunk],
-            "round": round_number,
-            "collected": False,
-        }
-        self.state.add(entry)
-        batch = await self._call(
-            lambda: client.batches.create(
-                input_file_id=uploaded.id,
-                endpoint=entry["endpoint"],
-                completion_window=self.backend.batch_completion_window,
-                metadata={"tempgen": "1", "requests": str(len(chunk))},
-            )
-        )
-        entry["batch_id"] = batch.id
-        self.state.update(entry)
+            endpoint = endpoint or "/v1" + path
+            lines.append({"custom_id": self.ids[n], "method": "POST", "url": "/v1" + path, "body": body})
+        entry = {"key": f"{self.ids[chunk[0]]}:{key}", "batch_id": None, "endpoint": endpoint, "collected": False}
+        entry["custom_ids"] = [self.ids[n] for n in chunk]
+        entry["batch_id"] = await api.submit(lines, endpoint, entry, self.state.record)
+        self.state.record(entry)
         logger.info(
-            "batch %s: %d requests submitted (file %s); polling every %g s",
-            batch.id,
+            "batch %s: %d requests submitted; polling every %g s",
+            entry["batch_id"],
             len(chunk),
-            uploaded.id,
             self.backend.batch_poll_s,
         )
         return entry
 
-    async def _finish(self, client: openai.AsyncOpenAI, entry: dict, admissions: dict[int, Admission]) -> set[int]:
+    async def _finish(self, api, entry: dict, admissions: dict[int, Admission]) -> set[int]:
         """Poll ``entry``'s batch to its end and collect its lines; returns the requests unanswered."""
-        if entry["batch_id"] is None:
-            entry["batch_id"] = await self._created_from(client, entry)
-            self.state.update(entry)
-        batch = await self._poll(client, entry["batch_id"])
-        answered: dict[str, dict] = {}
-        for file_id in (batch.error_file_id, batch.output_file_id):  # an output line wins over an error line
-            if file_id:
-                content = await self._call(lambda file_id=file_id: client.files.content(file_id))
-                for line in content.content.decode("utf-8").splitlines():
-                    if line.strip():
-                        item = json.loads(line)
-                        answered[str(item.get("custom_id"))] = item
-        unanswered = set()
-        for n in self._mine(entry):
-            item = answered.get(self.ids[n])
-            admission = admissions.get(n)
-            if not self._collect(n, item, admission, batch):
-                unanswered.add(n)
-        entry["collected"] = True
-        entry["status"] = batch.status
-        self.state.update(entry)
+        mine = self._mine(entry)
+        if entry.get("batch_id") is None:
+            entry["batch_id"] = await api.find(entry)
+            if entry["batch_id"] is None:
+                logger.warning(
+                    "batch: a submission of %d requests died before its batch id was recorded; it may still "
+                    "run and be billed; its requests are submitted again",
+                    len(entry["custom_ids"]),
+                )
+                self._close(entry, "lost")
+                for n in mine:
+                    self.causes[n] = "its batch's id was never recorded"
+                    if n in admissions:
+                        self.bills[n].add(self.backend.meter.settle(admissions[n], None))
+                return set(mine)
+            logger.info("batch %s: found after a restart", entry["batch_id"])
+            self.state.record(entry)
+        view = await self._poll(api, entry["batch_id"])
+        items = await api.results(view) if view.status != "failed" else {}
+        unanswered = {n for n in mine if not self._collect(n, items.get(self.ids[n]), admissions.get(n), view)}
+        self._close(entry, view.status)
         return unanswered
 
-    def _collect(self, n: int, item: dict | None, admission: Admission | None, batch: Any) -> bool:
+    def _close(self, entry: dict, status: str) -> None:
+        entry.update(collected=True, status=status)
+        self.state.record(entry)
+
+    def _collect(self, n: int, item: dict | None, admission: Admission | None, view: BatchView) -> bool:
         """Deliver line ``item`` of request ``n`` as its answer; False (the cause noted) when it is none."""
         meter, request = self.backend.meter, self.requests[n]
         response = (item or {}).get("response") or {}
         if item is None or response.get("status_code") != 200:
             if admission is not None:
                 self.bills[n].add(meter.settle(admission, None))
-            self.causes[n] = _line_cause(item, batch)
+            self.causes[n] = _line_cause(item, view)
             return False
         try:
             reply = self.backend.answer_of(reply_of(response.get("body"), request.completion), request)
@@ -277,74 +240,21 @@ class BatchCall:
             self.results.finish(n, result)
             self.bar.update(1)
 
-    async def _poll(self, client: openai.AsyncOpenAI, batch_id: str):
+    async def _poll(self, api, batch_id: str) -> BatchView:
         while True:
-            batch = await self._call(lambda: client.batches.retrieve(batch_id))
-            counts = batch.request_counts
-            done = f"{counts.completed}/{counts.total}" if counts is not None else "?"
-            self.bar.set_postfix_str(f"batch {batch_id}: {batch.status} {done}", refresh=True)
-            if batch.status in TERMINAL:
-                logger.info("batch %s: %s (%s answered)", batch_id, batch.status, done)
-                return batch
+            view = await api.retrieve(batch_id)
+            self.bar.set_postfix_str(f"batch {batch_id}: {view.status} {view.done}", refresh=True)
+            if view.status in TERMINAL:
+                logger.info("batch %s: %s (%s answered)", batch_id, view.status, view.done)
+                return view
             await asyncio.sleep(self.backend.batch_poll_s)
 
-    async def _created_from(self, client: openai.AsyncOpenAI, entry: dict) -> str:
-        """The batch created from ``entry``'s uploaded file (a process died before recording it), or a
-        new one from the same file."""
-        page = await self._call(lambda: client.batches.list(limit=100))
-        async for batch in page:
-            if batch.input_file_id == entry["input_file_id"]:
-                logger.info("batch %s: found, created from file %s before a restart", batch.id, batch.input_file_id)
-                return batch.id
-        batch = await self._call(
-            lambda: client.batches.create(
-                input_file_id=entry["input_file_id"],
-                endpoint=entry["endpoint"],
-                completion_window=self.backend.batch_completion_window,
-                metadata={"tempgen": "1", "requests": str(len(entry["custom_ids"]))},
-            )
-        )
-        return batch.id
 
-    async def _call(self, make):
-        """A Batch API call with retries on transient faults; a rejected key or another 4xx raises."""
-        for attempt in range(API_RETRIES + 1):
-            try:
-                return await make()
-            except openai.APIStatusError as exc:
-                if is_auth_status(exc.status_code):
-                    raise BatchAPIError(self.backend._auth_message(exc.status_code)) from None
-                if not is_retryable_status(exc.status_code) or attempt == API_RETRIES:
-                    hint = " (does this endpoint offer the Batch API? docs/cost.md)" if exc.status_code == 404 else ""
-                    raise BatchAPIError(
-                        self.backend._redact(f"Batch API: HTTP {exc.status_code}: {exc.message}{hint}")
-                    ) from None
-            except (openai.APIConnectionError, TimeoutError) as exc:
-                if attempt == API_RETRIES:
-                    raise BatchAPIError(self.backend._redact(f"Batch API: {type(exc).__name__}: {exc}")) from None
-            await asyncio.sleep(self.backend.retry.delay(attempt, _JITTER))
-        raise AssertionError("unreachable")
-
-
-class _Jitter:
-    """No jitter between Batch API retries: one call at a time, nothing to spread."""
-
-    @staticmethod
-    def uniform(low: float, high: float) -> float:
-        return high
-
-
-_JITTER = _Jitter()
-
-
-def _line_cause(item: dict | None, batch: Any) -> str:
+def _line_cause(item: dict | None, view: BatchView) -> str:
     """Why a request's line holds no answer: its error, its status, or the batch's end."""
     if item is None:
-        errors = getattr(batch, "errors", None)
-        detail = ""
-        if errors is not None and getattr(errors, "data", None):
-            detail = ": " + "; ".join(str(getattr(e, "message", e)) for e in errors.data[:3])
-        return f"batch {batch.status}, no line for this request{detail}"
+        detail = f": {view.errors}" if view.errors else ""
+        return f"batch {view.status}, no line for this request{detail}"
     if item.get("error"):
         error = item["error"]
         return str(error.get("code") or error_text(error)) if isinstance(error, dict) else str(error)
@@ -357,74 +267,3 @@ def _line_cause(item: dict | None, batch: Any) -> str:
 def _chunks(items: list[int], size: int) -> Iterator[list[int]]:
     for start in range(0, len(items), max(1, size)):
         yield items[start : start + size]
-
-
-def custom_ids(backend: OpenAIBackend, requests: list[ChatRequest]) -> list[str]:
-    """A stable id per request line: the digest of the body it sends (a repeat in one call gets
-    ``-2``, ``-3``...), so a restarted run finds its own lines in a batch it submitted before."""
-    seen: Counter[str] = Counter()
-    ids = []
-    for request in requests:
-        path, body = backend.body(request)
-        digest = hashlib.sha256(json.dumps([path, body], sort_keys=True).encode("utf-8")).hexdigest()[:40]
-        seen[digest] += 1
-        ids.append(digest if seen[digest] == 1 else f"{digest}-{seen[digest]}")
-    return ids
-
-
-def state_file(backend: OpenAIBackend) -> Path:
-    """Where the batches of this endpoint and model are recorded (one file per endpoint and model)."""
-    folder = backend.batch_dir or Path(".cache/batches")
-    key = hashlib.sha256(f"{backend.base_url}|{backend.model_id}".encode()).hexdigest()[:16]
-    return folder / f"{key}.json"
-
-
-class BatchState:
-    """The file of submitted batches: read and written under an exclusive lock, atomically."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    @contextlib.contextmanager
-    def _locked(self) -> Iterator[dict]:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path.with_name(self.path.name + ".lock"), "a") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            try:
-                try:
-                    data = json.loads(self.path.read_text(encoding="utf-8"))
-                except FileNotFoundError:
-                    data = {"format": STATE_FORMAT, "batches": []}
-                yield data
-                temp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-                temp.write_text(json.dumps(data, indent=1), encoding="utf-8")
-                os.replace(temp, self.path)
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
-
-    @contextlib.contextmanager
-    def claim(self) -> Iterator[None]:
-        """Held while a process decides which requests to submit and submits them, so two processes
-        of one endpoint and model never submit the same request."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path.with_name(self.path.name + ".claim"), "a") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
-
-    def adoptable(self, wanted: set[str]) -> list[dict]:
-        """Uncollected batches holding any of ``wanted`` (submitted by an earlier or parallel process)."""
-        with self._locked() as data:
-            return [dict(b) for b in data["batches"] if not b.get("collected") and wanted & set(b["custom_ids"])]
-
-    def add(self, entry: dict) -> None:
-        with self._locked() as data:
-            data["batches"].append(dict(entry))
-
-    def update(self, entry: dict) -> None:
-        with self._locked() as data:
-            for stored in data["batches"]:
-                if stored["input_file_id"] == entry["input_file_id"]:
-                    stored.update(entry, updated=time.time())

@@ -6,7 +6,11 @@ endpoints stay, so a client can fall back to them) that also serves:
 * ``POST /v1/files`` (multipart: ``purpose=batch``, ``file``: JSONL request lines) and
   ``GET /v1/files/{id}/content``;
 * ``POST /v1/batches`` (``input_file_id``, ``endpoint``, ``completion_window``, ``metadata``),
-  ``GET /v1/batches/{id}``, ``GET /v1/batches`` and ``POST /v1/batches/{id}/cancel``.
+  ``GET /v1/batches/{id}``, ``GET /v1/batches`` and ``POST /v1/batches/{id}/cancel``;
+* OpenRouter's dialect on the same paths: ``POST /v1/batches`` with ``endpoint``, ``model`` (a
+  ``:batch`` variant, which every request body must match) and ``requests`` inline (answered
+  202), and ``GET /v1/batches/{id}/results`` in pages (``cursor``, ``has_more``,
+  ``next_cursor``; ``page_size`` lines each).
 
 A batch completes at its ``polls_to_complete``-th poll (never while the server is
 :meth:`held <hold>`). Each line is answered as the synchronous endpoint answers it: the drawn,
@@ -97,9 +101,12 @@ class Batch:
 class BatchServer(OpenAIServer):
     """The fault server plus the Batch API (see the module docstring)."""
 
-    def __init__(self, *args, polls_to_complete: int = 2, batch_discount: float = 0.5, **kwargs) -> None:
+    def __init__(
+        self, *args, polls_to_complete: int = 2, batch_discount: float = 0.5, page_size: int = 4, **kwargs
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.polls_to_complete = polls_to_complete
+        self.page_size = page_size
         self.batch_discount = batch_discount
         self.files: dict[str, tuple[str, bytes]] = {}  # id -> (purpose, content)
         self.batches: dict[str, Batch] = {}
@@ -161,10 +168,30 @@ class BatchServer(OpenAIServer):
         }
 
     def create(self, request: dict) -> tuple[int, dict]:
+        if "requests" in request:
+            return self._create_inline(request)
         file_id = request.get("input_file_id")
         if file_id not in self.files:
             return 404, {"error": {"message": f"No such File object: {file_id}", "type": "invalid_request_error"}}
         lines = [json.loads(line) for line in self.files[file_id][1].splitlines() if line.strip()]
+        return self._create(file_id, request, lines)
+
+    def _create_inline(self, request: dict) -> tuple[int, dict]:
+        """OpenRouter's dialect: the lines inline, one batch-level ``:batch`` model every body matches."""
+        model = str(request.get("model") or "")
+        if list(request)[:2] != ["endpoint", "model"]:
+            return 400, {"error": {"message": "endpoint and model must come before requests"}}
+        if not model.endswith(":batch"):
+            return 400, {"error": {"message": f"model {model} is not a :batch variant"}}
+        lines = []
+        for item in request["requests"]:
+            if item["body"].get("model", model) != model:
+                return 400, {"error": {"message": "a request's model differs from the batch's"}}
+            lines.append({"custom_id": item["custom_id"], "url": request["endpoint"], "body": item["body"]})
+        status, batch = self._create(None, request, lines)
+        return (202 if status == 200 else status), {**batch, "model": model}
+
+    def _create(self, file_id: str | None, request: dict, lines: list[dict]) -> tuple[int, dict]:
         batch = Batch(
             self._new_id("batch"),
             file_id,
@@ -188,6 +215,8 @@ class BatchServer(OpenAIServer):
                     self.batch_lines[str(line.get("custom_id"))] += 1
             self.batches[batch.id] = batch
             self.created.append(batch.id)
+            if file_id is None:
+                self.uploads.append(("inline", len(lines)))
         return 200, batch.as_json()
 
     @staticmethod
@@ -252,6 +281,25 @@ class BatchServer(OpenAIServer):
             batch.error_file_id = self._store(errors)
         batch.status = end
         batch.ended[f"{end}_at"] = int(time.time())
+
+    def results_page(self, batch_id: str, cursor: str | None) -> tuple[int, dict]:
+        """OpenRouter's results: output and error lines together, ``page_size`` a page."""
+        batch = self.batches.get(batch_id)
+        if batch is None or batch.status in ACTIVE:
+            return 404, {"error": {"message": f"no results for {batch_id} yet"}}
+        items = []
+        for file_id in (batch.output_file_id, batch.error_file_id):
+            if file_id:
+                items += [json.loads(line) for line in self.files[file_id][1].splitlines() if line.strip()]
+        start = int(cursor or 0)
+        page = items[start : start + self.page_size]
+        more = start + self.page_size < len(items)
+        return 200, {
+            "object": "list",
+            "data": page,
+            "has_more": more,
+            "next_cursor": str(start + self.page_size) if more else None,
+        }
 
     def _store(self, items: list[dict]) -> str:
         file_id = self._new_id("file")
@@ -339,6 +387,9 @@ def _batch_handler_for(server: BatchServer):
                 with server._batch_lock:
                     data = [b.as_json() for b in reversed(list(server.batches.values()))]
                 self._json(200, {"object": "list", "data": data, "first_id": None, "last_id": None, "has_more": False})
+            elif path.endswith("/results") and parts[-3] == "batches":
+                query = dict(item.split("=", 1) for item in self.path.partition("?")[2].split("&") if "=" in item)
+                self._json(*server.results_page(parts[-2], query.get("cursor")))
             elif len(parts) >= 2 and parts[-2] == "batches":
                 self._json(*server.poll(parts[-1]))
             elif path.endswith("/content") and parts[-3] == "files":

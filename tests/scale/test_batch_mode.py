@@ -95,20 +95,23 @@ def synchronous(workspace: Path) -> dict:
     return {"cache": cache(workspace, "sync"), "summary": summary(workspace, "sync")}
 
 
-def test_a_batch_run_equals_the_synchronous_run_at_the_batch_price(workspace: Path, synchronous: dict):
-    with BatchServer(answer=answer, polls_to_complete=3) as server:
-        done = run(workspace, server.base_url, "batch", "model.options.mode=batch")
-        uploads, created, lines, billed = (
-            list(server.uploads),
-            list(server.created),
-            dict(server.batch_lines),
-            dict(server.billed),
+@pytest.mark.parametrize("dialect", ["openai", "openrouter"])
+def test_a_batch_run_equals_the_synchronous_run_at_the_batch_price(workspace: Path, synchronous: dict, dialect: str):
+    with BatchServer(answer=answer, polls_to_complete=3, report_cost=False) as server:
+        same_endpoint = run(workspace, server.base_url, f"{dialect}-sync")
+        server.reset_counts()
+        done = run(
+            workspace, server.base_url, dialect, "model.options.mode=batch", f"model.options.batch_api={dialect}"
         )
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert cache(workspace, "batch") == synchronous["cache"]  # the same entries: keys and answers
-    assert summary(workspace, "batch")["metrics"] == synchronous["summary"]["metrics"]
-    assert len(uploads) == 1 and uploads[0][1] == N and len(created) == 1 and set(lines.values()) == {1}
-    usage = summary(workspace, "batch")["usage"]
+        uploads, created, lines = list(server.uploads), list(server.created), dict(server.batch_lines)
+        billed = dict(server.billed)
+    assert same_endpoint.returncode == 0 and done.returncode == 0, done.stderr[-3000:]
+    assert cache(workspace, dialect, keys=True) == cache(workspace, f"{dialect}-sync", keys=True)  # the same entries
+    assert cache(workspace, dialect) == synchronous["cache"]
+    assert summary(workspace, dialect)["metrics"] == synchronous["summary"]["metrics"]
+    assert len(created) == 1 and set(lines.values()) == {1} and len(lines) == N
+    assert [count for _, count in uploads] == [N] and (uploads[0][0] == "inline") == (dialect == "openrouter")
+    usage = summary(workspace, dialect)["usage"]
     sync_usage = synchronous["summary"]["usage"]
     assert usage["billed_attempts"] == billed["responses"] == N and usage["attempts"] == N
     assert usage["prompt_tokens"] == sync_usage["prompt_tokens"] == billed["prompt_tokens"]

@@ -198,3 +198,33 @@ def test_a_joblib_sweep_under_one_cap_never_sends_past_it(tmp_path: Path):
         r for r in harness.finished_runs(f"sqlite:///{tmp_path / 'sweep.db'}").values() if r["status"] == "FINISHED"
     ]
     assert len(finished) == 2
+
+
+def test_billed_retries_stop_sending_at_the_cap_not_past_it(tmp_path: Path):
+    """Every reply is a billed null content: without the in-run guard, 3 instances x 7 attempts would
+    cost more than the plan; with it, the run stops sending before the server bills past the cap."""
+    harness.write_workspace(tmp_path)
+    price_in, price_out = PRICES["qwen/qwen-2.5-7b-instruct"]
+    with OpenAIServer(
+        answer=harness.answer,
+        fault_rate=1.0,
+        kinds=("null_content",),
+        price_in_per_token=price_in,
+        price_out_per_token=price_out,
+    ) as server:
+        cap = ceiling(tmp_path, server, "qwen25_7b", "D")  # the plan fits the cap exactly
+        own = [
+            f"paths.cache={tmp_path / 'cache'}",
+            f"mlflow.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}",
+            f"hydra.run.dir={tmp_path / 'out'}",
+            f"budget.max_cost_usd={cap!r}",
+            "model.options.stop_after_same_fault=null",
+            "model.options.backoff_base_s=0.01",
+            "model.options.backoff_max_s=0.02",
+        ]
+        command = [sys.executable, "-m", "src.run", *overrides(tmp_path, server, "qwen25_7b", "D"), *own]
+        done = subprocess.run(command, cwd=REPO_ROOT, env=env(), capture_output=True, text=True, timeout=300)
+        charged, attempts = server.billed_cost, server.request_count
+    output = done.stdout + done.stderr
+    assert done.returncode == 1 and "budget: stopped sending at $" in output and "Traceback" not in output
+    assert 0 < charged <= cap and attempts < 3 * 7

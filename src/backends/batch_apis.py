@@ -1,0 +1,209 @@
+"""The two Batch API dialects a batch run speaks: OpenAI's (files) and OpenRouter's (inline).
+
+* **OpenAI** (``batch_api: openai``; also Azure OpenAI, Groq, Together, and any server speaking
+  it): upload the request lines as a JSONL file (``POST /files``, purpose ``batch``), create
+  the batch from it (``POST /batches``), poll ``GET /batches/{id}``, download the output and
+  error files (``GET /files/{id}/content``).
+* **OpenRouter** (``batch_api: openrouter``, the default on openrouter.ai): the requests go
+  inline in one ``POST /batches`` body (``endpoint`` and ``model`` first, then ``requests``:
+  ``custom_id`` and ``body``), the batch-level ``model`` is the model's ``:batch`` variant,
+  the poll is ``GET /batches/{id}`` and the results are read from the cursor-paginated
+  ``GET /batches/{id}/results``. Sources: docs/cost.md.
+
+Both give each request line back as ``{"custom_id", "response": {"status_code", "body"} | null,
+"error": {...} | null}``. A call that fails past its retries raises :class:`BatchAPIError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import openai
+
+from src.backends.retry import is_auth_status, is_retryable_status
+
+API_RETRIES = 6  # retries of one Batch API call (upload, create, poll, download) on a transient fault
+DIALECTS = ("auto", "openai", "openrouter")
+TERMINAL = frozenset({"completed", "expired", "cancelled", "failed"})
+
+
+class BatchAPIError(RuntimeError):
+    """A Batch API call that failed for good (a rejected key, a 4xx, a fault past its retries):
+    every request of the call not answered yet fails with this one line."""
+
+
+@dataclass(frozen=True)
+class BatchView:
+    """What a poll says of a batch."""
+
+    id: str
+    status: str
+    completed: int | None = None
+    total: int | None = None
+    errors: str = ""  # why a batch failed validation
+    raw: Any = None
+
+    @property
+    def done(self) -> str:
+        return "?" if self.total is None else f"{self.completed}/{self.total}"
+
+
+def dialect_of(setting: str, base_url: str) -> str:
+    """``auto``: OpenRouter's dialect on openrouter.ai, OpenAI's anywhere else."""
+    if setting != "auto":
+        return setting
+    return "openrouter" if "openrouter.ai" in base_url else "openai"
+
+
+class BatchAPI:
+    """Shared by the dialects: the backend's client, retries, and the messages that name a failure."""
+
+    def __init__(self, backend: Any, client: openai.AsyncOpenAI) -> None:
+        self.backend = backend
+        self.client = client
+
+    async def call(self, make: Callable[[], Awaitable[Any]]) -> Any:
+        """One call with retries on transient faults; a rejected key or another 4xx raises at once."""
+        for attempt in range(API_RETRIES + 1):
+            try:
+                return await make()
+            except openai.APIStatusError as exc:
+                if is_auth_status(exc.status_code):
+                    raise BatchAPIError(self.backend._auth_message(exc.status_code)) from None
+                if not is_retryable_status(exc.status_code) or attempt == API_RETRIES:
+                    hint = " (does this endpoint offer the Batch API? docs/cost.md)" if exc.status_code == 404 else ""
+                    raise BatchAPIError(
+                        self.backend._redact(f"Batch API: HTTP {exc.status_code}: {exc.message}{hint}")
+                    ) from None
+            except (openai.APIConnectionError, TimeoutError) as exc:
+                if attempt == API_RETRIES:
+                    raise BatchAPIError(self.backend._redact(f"Batch API: {type(exc).__name__}: {exc}")) from None
+            await asyncio.sleep(min(self.backend.retry.backoff_max_s, self.backend.retry.backoff_base_s * 2**attempt))
+        raise AssertionError("unreachable")
+
+    async def get_json(self, path: str, **query: Any) -> Any:
+        response = await self.call(lambda: self.client.get(path, options={"params": query}, cast_to=httpx.Response))
+        return response.json()
+
+    async def post_json(self, path: str, body: dict) -> Any:
+        response = await self.call(lambda: self.client.post(path, body=body, cast_to=httpx.Response))
+        return response.json()
+
+
+class FileBatches(BatchAPI):
+    """OpenAI's dialect: a JSONL file per batch, output and error files to download."""
+
+    async def submit(self, lines: list[dict], endpoint: str, entry: dict, record: Callable[[dict], None]) -> str:
+        data = ("\n".join(json.dumps(line) for line in lines) + "\n").encode("utf-8")
+        name = f"tempgen-{hashlib.sha256(data).hexdigest()[:16]}.jsonl"
+        files = self.client.files
+        uploaded = await self.call(lambda: files.create(file=(name, data, "application/jsonl"), purpose="batch"))
+        entry["input_file_id"] = uploaded.id
+        record(entry)  # a process killed from here on finds the batch by its file
+        return await self._create(uploaded.id, endpoint, len(lines))
+
+    async def _create(self, file_id: str, endpoint: str, count: int) -> str:
+        batch = await self.call(
+            lambda: self.client.batches.create(
+                input_file_id=file_id,
+                endpoint=endpoint,
+                completion_window=self.backend.batch_completion_window,
+                metadata={"tempgen": "1", "requests": str(count)},
+            )
+        )
+        return batch.id
+
+    async def find(self, entry: dict) -> str | None:
+        """The batch created from the entry's file (a process died before recording it), else a new one."""
+        if not entry.get("input_file_id"):
+            return None
+        page = await self.call(lambda: self.client.batches.list(limit=100))
+        async for batch in page:
+            if batch.input_file_id == entry["input_file_id"]:
+                return batch.id
+        return await self._create(entry["input_file_id"], entry["endpoint"], len(entry["custom_ids"]))
+
+    async def retrieve(self, batch_id: str) -> BatchView:
+        batch = await self.call(lambda: self.client.batches.retrieve(batch_id))
+        counts = batch.request_counts
+        errors = ""
+        if batch.errors is not None and batch.errors.data:
+            errors = "; ".join(str(e.message) for e in batch.errors.data[:3])
+        return BatchView(
+            batch.id,
+            batch.status,
+            None if counts is None else counts.completed,
+            None if counts is None else counts.total,
+            errors,
+            batch,
+        )
+
+    async def results(self, view: BatchView) -> dict[str, dict]:
+        items: dict[str, dict] = {}
+        for file_id in (view.raw.error_file_id, view.raw.output_file_id):  # an output line wins over an error line
+            if file_id:
+                content = await self.call(lambda file_id=file_id: self.client.files.content(file_id))
+                for line in content.content.decode("utf-8").splitlines():
+                    if line.strip():
+                        item = json.loads(line)
+                        items[str(item.get("custom_id"))] = item
+        return items
+
+
+class InlineBatches(BatchAPI):
+    """OpenRouter's dialect: the requests inline, the results read page by page."""
+
+    def batch_model(self) -> str:
+        model = self.backend.model_id
+        return model if ":" in model else f"{model}:batch"
+
+    async def submit(self, lines: list[dict], endpoint: str, entry: dict, record: Callable[[dict], None]) -> str:
+        model = self.batch_model()
+        requests = [{"custom_id": line["custom_id"], "body": {**line["body"], "model": model}} for line in lines]
+        # endpoint and model before requests: OpenRouter reads the body as a stream
+        body = {"endpoint": endpoint, "model": model, "completion_window": "24h", "requests": requests}
+        entry["submitted"] = True
+        record(entry)
+        batch = await self.post_json("/batches", body)
+        return str(batch["id"])
+
+    async def find(self, entry: dict) -> str | None:
+        """An inline batch has no file to be found by: a submission whose id was never recorded is lost
+        (it may run and be billed) and its requests go again, named in the log."""
+        return None
+
+    async def retrieve(self, batch_id: str) -> BatchView:
+        batch = await self.get_json(f"/batches/{batch_id}")
+        counts = batch.get("request_counts") or {}
+        error = batch.get("error") or {}
+        return BatchView(
+            str(batch["id"]),
+            str(batch["status"]),
+            counts.get("completed"),
+            counts.get("total"),
+            str(error.get("message") or "") if isinstance(error, dict) else str(error),
+            batch,
+        )
+
+    async def results(self, view: BatchView) -> dict[str, dict]:
+        items: dict[str, dict] = {}
+        cursor = None
+        while True:
+            query = {"cursor": cursor} if cursor else {}
+            page = await self.get_json(f"/batches/{view.id}/results", **query)
+            for item in page.get("data") or []:
+                items[str(item.get("custom_id"))] = item
+            cursor = page.get("next_cursor")
+            if not page.get("has_more") or not cursor:
+                return items
+
+
+def batch_api(backend: Any, client: openai.AsyncOpenAI) -> FileBatches | InlineBatches:
+    dialect = dialect_of(backend.batch_api, backend.base_url)
+    return InlineBatches(backend, client) if dialect == "openrouter" else FileBatches(backend, client)
