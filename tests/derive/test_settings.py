@@ -67,7 +67,13 @@ def test_the_paper_profile_rewrites_with_gpt41_through_the_openai_backend():
     backend, model_id, options = adv_p.generator_settings(args)
     defaults = yaml.safe_load((ROOT / "conf" / "backend_options" / "openai.yaml").read_text(encoding="utf-8"))
     assert (backend, model_id) == ("openai", "openai/gpt-4.1")
-    assert options == {**defaults, "base_url": "https://openrouter.ai/api/v1", "api_key_env": "OPENROUTER_API_KEY"}
+    pinned = {"only": ["openai"], "allow_fallbacks": False, "require_parameters": True}  # OpenAI's own weights
+    assert options == {
+        **defaults,
+        "base_url": "https://openrouter.ai/api/v1",
+        "api_key_env": "OPENROUTER_API_KEY",
+        "routing": pinned,
+    }
     price = yaml.safe_load((ROOT / "conf" / "model" / "gpt41.yaml").read_text(encoding="utf-8"))["price"]
     assert (price["input_per_mtok"], price["output_per_mtok"], price["read"]) == (2.0, 8.0, "2025-07")
 
