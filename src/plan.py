@@ -30,7 +30,15 @@ from src.billing.prices import MODES
 DVC_FILE = Path(__file__).resolve().parents[1] / "dvc.yaml"
 #: Overrides of the run stage that only name where a run writes (nothing the plan counts).
 OUTPUT_OVERRIDES = ("summary", "evidence")
-TOTAL_KEYS = ("requests", "duplicates", "cached", "to_send", "prompt_tokens", "output_token_ceiling")
+TOTAL_KEYS = (
+    "requests",
+    "duplicates",
+    "cached",
+    "to_send",
+    "prompt_tokens",
+    "prompt_token_bound",
+    "output_token_ceiling",
+)
 
 
 def expand(overrides: Sequence[str]) -> list[list[str]]:
@@ -126,10 +134,17 @@ def describe(plan: dict[str, Any]) -> str:
     return (
         f"{plan['configuration']}: {plan['requests']:,} requests, {plan['duplicates']:,} identical prompts, "
         f"{plan['cached']:,} cached, {plan['to_send']:,} to send; prompt tokens {plan['prompt_tokens']:,} "
-        f"by {plan['prompt_tokens_counted_by']}; output ceiling {plan['output_token_ceiling']:,} tokens; "
-        f"cost at most {money(plan['ceiling_cost_usd'])} (prompts {money(plan['prompt_cost_usd'])}, "
-        f"output ceiling {money(plan['output_ceiling_cost_usd'])}){priced}"
+        f"by {plan['prompt_tokens_counted_by']}{bound_note(plan)}; output ceiling "
+        f"{plan['output_token_ceiling']:,} tokens; cost at most {money(plan['ceiling_cost_usd'])} (prompts "
+        f"{money(plan['prompt_cost_usd'])}, output ceiling {money(plan['output_ceiling_cost_usd'])}){priced}"
     )
+
+
+def bound_note(plan: dict[str, Any]) -> str:
+    """Where prompts were estimated, the bound the cost ceiling counts them at."""
+    if plan["prompt_token_bound"] == plan["prompt_tokens"]:
+        return ""
+    return f", at most {plan['prompt_token_bound']:,} (one token per byte)"
 
 
 def total_of(plans: list[dict[str, Any]]) -> dict[str, Any]:

@@ -101,7 +101,10 @@ def test_the_plan_counts_what_the_run_sends_and_the_run_logs_it(workspace: Path,
         assert config["prompt_tokens"] == sum(math.ceil(c / 4) for c in chars)
         ceiling = sum(body["max_tokens"] for body in server.bodies)
         assert config["output_token_ceiling"] == ceiling
-        expected_cost = (config["prompt_tokens"] * 0.04 + ceiling * 0.1) / 1e6
+        # the cost ceiling counts estimated prompts at their bound: one token per UTF-8 byte, and 8 per message
+        size = [sum(len(m["content"].encode()) + 8 for m in body["messages"]) for body in server.bodies]
+        assert config["prompt_token_bound"] == sum(size) and f"at most {sum(size):,} (one token per byte)" in printed
+        expected_cost = (config["prompt_token_bound"] * 0.04 + ceiling * 0.1) / 1e6
         assert config["ceiling_cost_usd"] == pytest.approx(expected_cost)
         assert plan["total"]["ceiling_cost_usd"] == pytest.approx(expected_cost)
 
@@ -209,10 +212,10 @@ def test_a_sweep_ledger_counts_what_earlier_runs_spent(workspace: Path, capsys):
         # another configuration of the same sweep: its ceiling fits the cap alone, not with what was spent
         plan, _ = _plan(workspace, server, capsys, "generation.max_tokens=8")
         ceiling = plan["total"]["ceiling_cost_usd"]
-        cap = f"budget.max_cost_usd={first_cost + ceiling / 2!r}"
+        cap = f"budget.max_cost_usd={ceiling + first_cost / 2!r}"
         done = _run(workspace, server, "generation.max_tokens=8", "budget.ledger=pilot", cap)
         assert done.returncode == 2 and server.request_count == 2, done.stderr[-3000:]
-        assert f"{usd(first_cost)} spent so far (ledger 'pilot': 1 runs)" in done.stderr
+        assert f"{usd(first_cost)} spent so far (ledger 'pilot': 1 runs settled)" in done.stderr
         # without the ledger, the run is capped on its own and fits
         done = _run(workspace, server, "generation.max_tokens=8", cap)
         assert done.returncode == 0 and server.request_count == 4, done.stderr[-3000:]

@@ -3,10 +3,13 @@
 The plan of one configuration (requests, identical prompts, cache hits, what is left to send,
 prompt tokens, the output-token ceiling) is built from the run's own requests and its own cache
 lookup, so its ``to_send`` is exactly what the run sends; nothing here starts a backend or sends
-a request. Costs are ceilings: prompt tokens as counted plus every answer at its ``max_tokens``,
-one attempt per request (a billed retry is counted when it happens, and the run's cap holds it
-attempt by attempt: :mod:`src.billing.meter`). Each mode (``sync``, ``batch``, ``flex``) has
-its cost at the model file's price for it and an expected wait.
+a request. Prompt tokens are counted (the model's tokenizer) or estimated (characters / 4); the
+cost is a true ceiling: every prompt at its bound (the exact count, else one token per UTF-8
+byte: :meth:`~src.billing.prices.TokenCounter.bound`) and every answer at its ``max_tokens``, one
+attempt per request (a billed retry is counted when it happens, and the run's cap holds it
+attempt by attempt at the same bounds: :mod:`src.billing.meter`), so a plan that fits a cap
+never stops at its first attempt. Each mode (``sync``, ``batch``, ``flex``) has its cost at the
+model file's price for it and an expected wait.
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ def plan_configuration(
     exact = estimated = 0
     for label, requests in batches:
         row = {"requests": len(requests), "duplicates": 0, "cached": 0, "to_send": 0, "prompt_tokens": 0}
-        row["output_token_ceiling"] = 0
+        row.update(prompt_token_bound=0, output_token_ceiling=0)
         for request in requests:
             key = cache_key(backend.key_fields(request)) if request.deterministic else None
             if key is not None:
@@ -64,6 +67,7 @@ def plan_configuration(
             exact, estimated = exact + is_exact, estimated + (not is_exact)
             row["to_send"] += 1
             row["prompt_tokens"] += tokens
+            row["prompt_token_bound"] += counter.bound(request)
             row["output_token_ceiling"] += request.max_tokens
         datasets[label] = row
     totals = {key: sum(row[key] for row in datasets.values()) for key in next(iter(datasets.values()), {})}
@@ -79,14 +83,15 @@ def plan_configuration(
         "price": None if mode_price is None else mode_price.describe(),
         "datasets": datasets,
     }
-    prompt, output = totals.get("prompt_tokens", 0), totals.get("output_token_ceiling", 0)
+    prompt, output = totals.get("prompt_token_bound", 0), totals.get("output_token_ceiling", 0)
     plan.update(plan_costs(mode_price, prompt, output))
     plan["modes"] = mode_table(price, prompt, output, totals.get("to_send", 0), concurrency, min_tokens_per_s)
     return plan
 
 
 def plan_costs(price: Price | None, prompt_tokens: float, output_tokens: float) -> dict[str, float | None]:
-    """Prompt cost, output-ceiling cost and their sum in USD; None for each when the price is unknown."""
+    """The prompts' cost at their bound, the output ceiling's cost and their sum in USD; None for each
+    when the price is unknown."""
     if price is None:
         return {"prompt_cost_usd": None, "output_ceiling_cost_usd": None, "ceiling_cost_usd": None}
     prompt, output = price.cost(prompt_tokens, 0), price.cost(0, output_tokens)

@@ -180,5 +180,8 @@ def test_bad_option_values_are_one_line(override, message):
 def test_an_unknown_provider_is_one_line_listing_the_choices():
     from src.run_checks import unknown_choice_error
 
-    assert unknown_choice_error(["provider=vlm"]) == "provider: unknown 'vlm'; choose one of custom, openai, openrouter, vllm"
+    assert (
+        unknown_choice_error(["provider=vlm"])
+        == "provider: unknown 'vlm'; choose one of custom, openai, openrouter, vllm"
+    )
     assert unknown_choice_error(["provider=null", "provider=vllm"]) is None
