@@ -26,6 +26,7 @@ from pathlib import Path
 
 import yaml
 
+from src.cli import setup_logging
 from src.report import figures, plots, rq, tables, writer
 from src.report.analysis import Analysis, analysis_summary, run_analysis
 from src.report.browser import write_instance_pages
@@ -152,7 +153,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    setup_logging()
     args = parse_args(argv)
     if args.resamples < 1:
         print("error: --resamples must be at least 1", file=sys.stderr)

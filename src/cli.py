@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 from collections.abc import Callable
@@ -14,6 +15,15 @@ MAX_SEED = 2**32 - 1
 MEMORY_LIMIT_BYTES = 2 * 2**30  # what one bootstrap may hold in memory (the machines here have 24 GB)
 EXIT_BAD_INPUT = 2
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a Unix tool whose reader went away
+
+
+def setup_logging(level: int = logging.INFO, timestamps: bool = False) -> None:
+    """An entry point's logging: one format, and no URI credential in any line (:mod:`src.redact`)."""
+    from src.redact import install_log_redaction
+
+    stamp = "%(asctime)s " if timestamps else ""
+    logging.basicConfig(level=level, format=f"{stamp}%(levelname)s %(name)s: %(message)s")
+    install_log_redaction()
 
 
 def optional_int(value: Any) -> int | None:

@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from src.cli import setup_logging
+
 log = logging.getLogger(__name__)
 
 RUN_FILE = "run.json"
@@ -229,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
     import sys
 
-    from src.redact import without_userinfo
+    from src.redact import redact_uris
     from src.tracking import tracking_uri
 
     parser = argparse.ArgumentParser(prog="python -m src.evidence", description="a run's evidence folders")
@@ -239,13 +241,13 @@ def main(argv: list[str] | None = None) -> int:
     restore.add_argument("--experiment", default=None, help="default: each folder's own experiment")
     restore.add_argument("--tracking-uri", default=None, help="default: $MLFLOW_TRACKING_URI, else the local store")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    setup_logging()
     try:
         created, skipped = restore_runs(args.evidence, args.experiment, args.tracking_uri)
     except ValueError as error:  # StoreError included
         print(f"error: {' '.join(str(error).split())}", file=sys.stderr)
         return 2
-    shown = without_userinfo(tracking_uri(args.tracking_uri))
+    shown = redact_uris(tracking_uri(args.tracking_uri))
     print(f"restored {len(created)} run(s), {len(skipped)} already in {shown}")
     return 0
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from src.billing.prices import MODES
+from src.cli import setup_logging
 
 DVC_FILE = Path(__file__).resolve().parents[1] / "dvc.yaml"
 #: Overrides of the run stage that only name where a run writes (nothing the plan counts).
@@ -220,7 +221,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     import logging
 
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    setup_logging(logging.WARNING)
     from src.run_checks import unknown_choice_error
 
     problem = unknown_choice_error(args.overrides)

@@ -1,40 +1,49 @@
-"""Credentials out of URIs before they are written anywhere.
+"""Credentials out of URIs before they are written anywhere: one function, and a logging filter.
 
-A tracking server, a model endpoint or a DVC remote may be configured with its credential in
-the URI (``http://alice:TOKEN@host:5000``). Whatever is logged, printed or written to an
-artifact goes through :func:`without_userinfo` (one URI) or :func:`redact_uris` (free text),
-which drop the user-info part and keep everything a reader needs (scheme, host, port, path).
+A tracking server, a database store, a model endpoint or a DVC remote may carry its credential
+in the URI (``postgresql://alice:p@ss@db:5432/mlflow``). Whatever is printed, logged or written
+to a file or an artifact goes through :func:`redact_uris`, which drops the user-info, everything
+up to the *last* ``@`` of the authority (a password may hold ``@`` itself), and keeps what a
+reader needs (scheme, host, port, path). Entry points also install :class:`RedactingFilter` on
+the log handlers (:func:`install_log_redaction`), so no log line written by this project or a
+library carries one either.
 """
 
 from __future__ import annotations
 
+import logging
 import re
-from urllib.parse import urlsplit, urlunsplit
 
-# scheme://user-info@  ...  the user-info is everything up to the last "@" before the host part
-_URI_WITH_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)(?P<userinfo>[^/?#\s@]*@)")
-
-
-def without_userinfo(uri: str) -> str:
-    """``uri`` with any ``user:password@`` removed (``http://alice:T@h:1/x`` -> ``http://h:1/x``).
-
-    A value that is not a URI with an authority (a path, ``file:///...``, empty) is returned
-    unchanged; so is a URI that carries no user-info.
-    """
-    if not isinstance(uri, str) or "@" not in uri or "://" not in uri:
-        return uri
-    try:
-        parts = urlsplit(uri)
-    except ValueError:
-        return redact_uris(uri)
-    if "@" not in parts.netloc:
-        return redact_uris(uri)  # an "@" in a path or query is no credential, but a malformed URI may hide one
-    host = parts.netloc.rpartition("@")[2]
-    return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
+# scheme://user-info@host...: the authority ends at the first "/", "?", "#" or space, and the
+# user-info is everything in it up to its last "@" (greedy, so a password's own "@" stays inside)
+_URI_WITH_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)(?P<userinfo>[^/?#\s]*@)")
 
 
 def redact_uris(text: str) -> str:
-    """``text`` with the user-info of every ``scheme://user-info@host`` in it removed."""
+    """``text`` (a URI or free text) with the user-info of every ``scheme://user-info@host`` removed.
+
+    ``http://alice:T@h:1/x`` -> ``http://h:1/x``; a value without such a URI (a path,
+    ``file:///a@b``, ``a@b.org``) is returned unchanged, and so is anything that is not a string.
+    """
     if not isinstance(text, str) or "@" not in text:
         return text
     return _URI_WITH_USERINFO.sub(lambda match: match.group("scheme"), text)
+
+
+class RedactingFilter(logging.Filter):
+    """Rewrites each log record's message without URI credentials (its arguments merged in first)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        cleaned = redact_uris(message)
+        if cleaned != message:
+            record.msg, record.args = cleaned, None
+        return True
+
+
+def install_log_redaction(logger: logging.Logger | None = None) -> None:
+    """Add the filter to every handler of ``logger`` (the root logger): records from any logger pass
+    through a handler, not through the root logger's own filters."""
+    for handler in (logger or logging.getLogger()).handlers:
+        if not any(isinstance(f, RedactingFilter) for f in handler.filters):
+            handler.addFilter(RedactingFilter())

@@ -22,6 +22,7 @@ from omegaconf import DictConfig
 from src.cli import one_line
 from src.errors import ConfigError
 from src.params import register_resolver
+from src.redact import install_log_redaction
 from src.run_checks import unknown_choice_error
 from src.runs.lifecycle import Interrupted, StoreFailedMidRun, forward_sigterm, run, stop_code
 from src.tracking import StoreError
@@ -54,6 +55,7 @@ def end(code: int, line: str | None = None) -> None:
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> None:
+    install_log_redaction()  # Hydra has set up the handlers by now
     signal.signal(signal.SIGTERM, forward_sigterm)
     try:
         code = run(cfg)

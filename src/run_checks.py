@@ -103,7 +103,7 @@ def check_seconds(value: Any, key: str) -> float:
 
 def check_http_url(value: Any, key: str) -> str:
     """An ``http(s)://HOST[:PORT][/PATH]`` URL (the message shows it without a credential)."""
-    from src.redact import without_userinfo
+    from src.redact import redact_uris
 
     text = value if isinstance(value, str) else ""
     try:
@@ -112,7 +112,7 @@ def check_http_url(value: Any, key: str) -> str:
     except ValueError:  # a port that is no number
         valid = False
     if not valid:
-        shown = without_userinfo(value) if isinstance(value, str) else value
+        shown = redact_uris(value) if isinstance(value, str) else value
         raise ConfigError(f"{key}: expected an http:// or https:// URL with a host, got {shown!r}")
     return text
 

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from src.redact import without_userinfo
+from src.redact import redact_uris
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ class StoreUnusable(ValueError):
 
 def shown(uri: str) -> str:
     """The URI as every message shows it: without its user-info (credential)."""
-    return without_userinfo(uri)
+    return redact_uris(uri)
 
 
 def sqlite_path(uri: str) -> Path | None:

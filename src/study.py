@@ -29,6 +29,9 @@ class Task:
         return self.labels[0] if len(self.labels) == 1 else None
 
 
+#: The ``kind`` of a configuration's MLflow run: a prompted model, or a fine-tuned tagger.
+RUN_KINDS = ("prompted", "finetuned")
+
 TASKS: dict[str, Task] = {
     "timex": Task("timex", ("TIMEX",)),
     "eventx": Task("eventx", ("EVENT",)),

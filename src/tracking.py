@@ -33,7 +33,7 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from src.redact import redact_uris, without_userinfo
+from src.redact import redact_uris
 
 logger = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ def credential_out_of_uri(uri: str) -> str:
     the credential must not be part of it."""
     if not uri.lower().startswith(("http://", "https://")):
         return uri  # a database URI needs its password in the URI (SQLAlchemy reads it there)
-    clean = without_userinfo(uri)
+    clean = redact_uris(uri)
     if clean == uri:
         return uri
     parts = urlsplit(uri)
@@ -126,7 +126,7 @@ def start_experiment(name: str, uri: str | None = None) -> str:
             experiment_id = _get_or_create_experiment(MlflowClient(resolved), name, location)
         except MlflowException as exc:
             first = str(exc.message if hasattr(exc, "message") else exc).strip().splitlines()[0]
-            raise StoreError(f"tracking store {without_userinfo(resolved)!r}: {redact_uris(first)}") from None
+            raise StoreError(f"tracking store {redact_uris(resolved)!r}: {redact_uris(first)}") from None
     mlflow.set_experiment(experiment_id=experiment_id)
     return experiment_id
 

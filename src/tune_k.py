@@ -22,6 +22,7 @@ from src.data.splits import subset_by_id
 from src.errors import ConfigError
 from src.params import register_resolver
 from src.prompts import K_CHOICES, select_k, strategy_from_config
+from src.redact import install_log_redaction
 from src.runs.configure import build_backend, checked_limit, prompt_options
 from src.runs.prompted import PromptedSystem
 from src.scoring.evaluate import evaluate_dataset
@@ -72,6 +73,7 @@ def tune(cfg: DictConfig) -> dict:
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> None:
+    install_log_redaction()
     result = tune(cfg)
     out = Path(cfg.get("k_selection_output") or "reports/k_selection.json")
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -94,7 +94,7 @@ from src.backends.routing import checked_routing, provider_mismatch
 from src.backends.served import ON_MISMATCH, is_mismatch
 from src.billing.bill import Bill, BilledReply
 from src.billing.meter import Admission, Meter
-from src.redact import without_userinfo
+from src.redact import redact_uris
 
 __all__ = ["KeyHostMismatchError", "MissingAPIKeyError", "NEVER_HEALS_RETRIES", "OpenAIBackend", "SCHEMA_FORMATS"]
 
@@ -245,7 +245,7 @@ class OpenAIBackend:
 
     def __repr__(self) -> str:
         return (
-            f"OpenAIBackend(model_id={self.model_id!r}, base_url={without_userinfo(self.base_url)!r}, "
+            f"OpenAIBackend(model_id={self.model_id!r}, base_url={redact_uris(self.base_url)!r}, "
             f"api_key_env={self.api_key_env!r}, max_concurrency={self.max_concurrency}, mode={self.mode!r})"
         )
 
@@ -253,7 +253,7 @@ class OpenAIBackend:
         """The endpoint, extra body fields and routing: the same model id elsewhere may answer differently."""
         # Without user-info: a credential in the URL does not change the answer, and the identity
         # is written into every cache entry (unchanged for every URL without one).
-        identity: dict[str, Any] = {"base_url": without_userinfo(self.base_url), "extra_body": self.extra_body}
+        identity: dict[str, Any] = {"base_url": redact_uris(self.base_url), "extra_body": self.extra_body}
         if self.schema_format not in ("json_schema", "strict"):  # so existing cache keys stay valid
             identity["schema_format"] = self.schema_format
         if self.routing:  # likewise: only pinned runs carry it
@@ -306,7 +306,7 @@ class OpenAIBackend:
     def _auth_message(self, status: int) -> str:
         """The server's body is left out: it often quotes the rejected key."""
         variable = self.api_key_env or "api_key_env (no key was sent)"
-        return f"authentication failed: check {variable} (HTTP {status} from {without_userinfo(self.base_url)})"
+        return f"authentication failed: check {variable} (HTTP {status} from {redact_uris(self.base_url)})"
 
     def generate(
         self, requests: Sequence[ChatRequest], progress: str | None = None, on_result: ResultCallback | None = None

@@ -14,7 +14,7 @@ from __future__ import annotations
 import ipaddress
 import os
 
-from src.redact import redact_uris, without_userinfo
+from src.redact import redact_uris
 
 PROVIDER_KEY_HOSTS = {"OPENROUTER_API_KEY": "openrouter.ai", "OPENAI_API_KEY": "api.openai.com"}
 PLACEHOLDER_KEY = "EMPTY"  # what local servers (vLLM, llama.cpp) accept when they check no key
@@ -63,7 +63,7 @@ def key_for(api_key_env: str | None, base_url: str, host: str, require_api_key: 
         return key
     if needs_key:
         raise MissingAPIKeyError(
-            f"openai backend: no API key for {without_userinfo(base_url)}: set the environment variable "
+            f"openai backend: no API key for {redact_uris(base_url)}: set the environment variable "
             f"{api_key_env or '(api_key_env is empty)'} (or point base_url at a local "
             f"server such as vLLM on localhost, which needs no key)"
         )

@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from src.cli import setup_logging
 from src.data.e3c import read_e3c_dir
 from src.data.i2b2 import read_i2b2_dir
 from src.data.schema import Document, Record, Span, write_records
@@ -155,7 +156,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--params", default="params.yaml", help="parameter file (the data and seed keys)")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    setup_logging()
     cfg = yaml.safe_load(Path(args.params).read_text(encoding="utf-8"))
     datasets = build_datasets(cfg, int(cfg["seed"]))
     write_datasets(datasets, Path(cfg["paths"]["prepared"]))

@@ -47,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from src.cli import optional_int
+from src.cli import optional_int, setup_logging
 from src.data.schema import Record
 from src.data.text import words
 from src.derive import attack_env
@@ -514,7 +514,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    setup_logging()
     if args.nltk_data:
         attack_env.use_nltk_data(args.nltk_data)
 

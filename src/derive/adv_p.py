@@ -63,6 +63,7 @@ from typing import Any
 import yaml
 
 from src.backends.base import Backend, GenerationResult
+from src.cli import setup_logging
 from src.data.schema import Record
 from src.data.text import words
 from src.derive.alignment import AlignmentError, changed_words, count_changed_words, derived_record
@@ -380,7 +381,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None, similarity: Similarity | None = None) -> None:
     args = parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    setup_logging()
 
     from src.backends import create_backend
     from src.backends.cache import CachedBackend, ResponseCache

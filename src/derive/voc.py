@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from src.cli import setup_logging
 from src.data.schema import Record, read_records
 from src.data.text import word_offsets, words
 from src.derive.alignment import TextEdit, apply_edits, derived_record, shift_spans
@@ -242,7 +243,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    setup_logging()
 
     records = read_base(args)
     terms = read_domain_terms(args.domain_terms) if args.domain_terms else set()

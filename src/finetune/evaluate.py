@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from src import study
-from src.cli import MAX_RESAMPLES, OneLineArgumentParser, bounded_int, optional_int, seed_type
+from src.cli import MAX_RESAMPLES, OneLineArgumentParser, bounded_int, optional_int, seed_type, setup_logging
 from src.data.schema import read_records
 from src.data.splits import subset_by_id
 from src.finetune.mlflow_logging import find_training_run
@@ -167,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     args.derived = args.derived or Path(lookup("paths.derived"))
     args.seed = int(lookup("seed")) if args.seed is None else args.seed
     args.experiment = default_experiment() if args.experiment is None else args.experiment
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    setup_logging()
     try:
         record, outcome = evaluate_model(args)
     except FileNotFoundError as error:

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from src.cli import setup_logging
 from src.data.schema import Record, Span, read_records
 from src.data.text import word_offsets
 from src.finetune.bio import OUTSIDE, TAG_SUFFIX, tag_set
@@ -243,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_logging(timestamps=True)
     records = read_records(args.input)
     classifier = TokenClassifier.load(args.checkpoint, device=args.device)
     predictions = classifier.predict_spans(records, batch_size=args.batch_size, progress=True)

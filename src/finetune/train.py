@@ -42,7 +42,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from src.cli import optional_int
+from src.cli import optional_int, setup_logging
 from src.data.schema import Record, read_records
 from src.finetune.bio import span_label_for_task, tag_set
 from src.finetune.calibration import calibrate_outside_bias
@@ -356,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--experiment", default=DEFAULT_EXPERIMENT, help="MLflow experiment")
     parser.add_argument("--tracking-uri", default=None, help="default: $MLFLOW_TRACKING_URI, else mlruns/mlflow.db")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_logging(timestamps=True)
     # A terminated training (kill, a DVC or CI timeout) unwinds, so its MLflow run is closed as KILLED.
     previous = signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     try:

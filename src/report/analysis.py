@@ -22,6 +22,7 @@ from src import study as vocabulary
 from src.report import rq
 from src.report.loading import RunResults
 from src.report.provenance import is_dirty
+from src.scoring.metrics import ERROR_TYPES
 
 #: The two multiple-comparison families: RQ1-RQ3 over prompted configurations, and fine-tuned models among themselves.
 PROMPTED, FINETUNED = "prompted", "fine-tuned"
@@ -315,7 +316,7 @@ def analysis_summary(analysis: Analysis) -> dict:
         for row in analysis.dense_vs_moe[analysis.dense_vs_moe["dimension"] == "all"].itertuples(index=False):
             moe.setdefault(row.correction, {})[row.family] = _outcome_block(row._asdict())
     errors = {
-        row.dataset: {n: getattr(row, f"share_{n}") for n in ("missing", "spurious", "boundary")}
+        row.dataset: {n: getattr(row, f"share_{n}") for n in ERROR_TYPES}
         for row in analysis.errors.itertuples(index=False)
     }
     finetuned = _family_summary(analysis, analysis.finetuned)

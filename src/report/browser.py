@@ -17,11 +17,9 @@ import html
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
-import numpy as np
-
-from src.scoring.metrics import as_predicted_span, optimal_matching, span_similarity
+from src.scoring.metrics import as_predicted_span, match_spans
 
 #: Match classes of a gold span and of a predicted span (``src.scoring.metrics`` error types).
 GOLD_CLASSES = ("exact", "boundary", "missing")
@@ -55,8 +53,16 @@ def _find(text: str, needle: str, near: int | None, used: set[int]) -> int | Non
     return (free or starts)[0]
 
 
-def classify(text: str, gold: Sequence[Mapping[str, Any]], predictions: Sequence[Any]) -> dict[str, Any]:
-    """Match one configuration's predictions against the gold spans as the scorer does.
+class _Gold(NamedTuple):
+    text: str
+    label: str | None
+
+
+def classify(
+    text: str, gold: Sequence[Mapping[str, Any]], predictions: Sequence[Any], lowercase: bool = False
+) -> dict[str, Any]:
+    """Match one configuration's predictions against the gold spans with the scorer's own matching
+    (:func:`src.scoring.metrics.match_spans`, under the run's ``scoring.lowercase``).
 
     Returns ``{"gold": [class per gold span], "preds": [{"text", "label", "cls", "start", "end"}],
     "counts": {exact, boundary, missing, spurious}}``; a prediction's offsets are its occurrence in
@@ -68,20 +74,8 @@ def classify(text: str, gold: Sequence[Mapping[str, Any]], predictions: Sequence
             preds.append(as_predicted_span(item))
         except ValueError:
             preds.append(as_predicted_span(str(item)))
-    similarity = np.zeros((len(preds), len(gold)))
-    for i, p in enumerate(preds):
-        for j, g in enumerate(gold):
-            if p.label is not None and p.label != g.get("label"):
-                continue
-            similarity[i, j] = span_similarity(p.text, str(g.get("text", "")))
-    gold_cls, pred_cls, partner = ["missing"] * len(gold), ["spurious"] * len(preds), [None] * len(preds)
-    if preds and gold:
-        rows, cols, _ = optimal_matching(similarity)
-        for i, j in zip(rows, cols):
-            sim = similarity[i, j]
-            if sim > 0:
-                cls = "exact" if sim == 1.0 else "boundary"
-                gold_cls[j], pred_cls[i], partner[i] = cls, cls, j
+    spans = [_Gold(str(g.get("text", "")), g.get("label")) for g in gold]
+    gold_cls, pred_cls, partner = match_spans(preds, spans, lowercase).classes()
     out, used = [], set()
     for i, p in enumerate(preds):
         near = gold[partner[i]].get("start") if partner[i] is not None else None
@@ -110,7 +104,11 @@ def _raw(value: Any) -> str | None:
 
 
 def page_data(
-    task: str, dataset: str, texts: Mapping[str, str], rows_by_config: Mapping[str, Sequence[Mapping[str, Any]]]
+    task: str,
+    dataset: str,
+    texts: Mapping[str, str],
+    rows_by_config: Mapping[str, Sequence[Mapping[str, Any]]],
+    lowercase: bool = False,
 ) -> dict[str, Any]:
     """The JSON a page embeds: the configurations, and per instance its text, gold and each configuration's result.
 
@@ -136,7 +134,7 @@ def page_data(
                     "by": {},
                 },
             )
-            result = classify(entry["text"], entry["gold"], row.get("predictions") or [])
+            result = classify(entry["text"], entry["gold"], row.get("predictions") or [], lowercase)
             parse_ok = bool(row.get("parse_ok", True)) and not row.get("request_error")
             entry["by"][config] = {
                 **result,
@@ -319,6 +317,7 @@ def write_instance_pages(
     out_dir: Path,
     texts: Mapping[tuple[str, str], Mapping[str, str]],
     rows: Mapping[tuple[str, str, str], Sequence[Mapping[str, Any]]],
+    lowercase: bool = False,
 ) -> list[Path]:
     """One page per (task, dataset) in ``rows`` (keys ``(config, task, dataset)``) under ``out_dir``.
 
@@ -331,7 +330,7 @@ def write_instance_pages(
     out_dir.mkdir(parents=True, exist_ok=True)
     written, manifest = [], {}
     for (task, dataset), by_config in grouped.items():
-        data = page_data(task, dataset, texts.get((task, dataset), {}), by_config)
+        data = page_data(task, dataset, texts.get((task, dataset), {}), by_config, lowercase)
         path = out_dir / page_name(task, dataset)
         path.write_text(render_page(data), encoding="utf-8")
         written.append(path)

@@ -24,6 +24,7 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from src.report import heatmap  # noqa: E402
+from src.report.rq import CORRECTION_NAMES  # noqa: E402
 from src.study import DATASETS  # noqa: E402
 
 if TYPE_CHECKING:
@@ -34,7 +35,6 @@ matplotlib.rcParams["svg.hashsalt"] = "tempgen"
 OUTCOME_COLORS = {"better": "#2a9d4b", "equal": "#b8b8b8", "worse": "#d1495b"}
 ERROR_COLORS = {"missing": "#3d6fb6", "spurious": "#e39b2d", "boundary": "#8e5ea2"}
 TASK_LINES = {"timex": "-", "eventx": "--", "comp": ":"}
-CORRECTION_NAMES = {"none": "raw p", "holm": "Holm", "bh": "Benjamini-Hochberg"}
 
 
 def save(fig, stem: Path, top: float = 1.0) -> list[Path]:

@@ -27,9 +27,8 @@ import numpy as np
 import pandas as pd
 
 from src.evidence import folder_for_summary, read_evidence
-from src.redact import without_userinfo
+from src.redact import redact_uris
 from src.report.provenance import (
-    KINDS,
     Summary,
     check_data_versions,
     check_unique_configurations,
@@ -40,11 +39,11 @@ from src.report.provenance import (
     sweep_usage,
     total_of_usages,
 )
-from src.study import DATASET_ORDER, FINETUNED, PRIMARY_METRIC, STRATEGY_ORDER, TASK_ORDER
+from src.scoring.metrics import MATCH_CLASSES
+from src.study import DATASET_ORDER, FINETUNED, PRIMARY_METRIC, RUN_KINDS, STRATEGY_ORDER, TASK_ORDER
 
 #: Strategies in table order, fine-tuned configurations last.
 CONFIG_STRATEGY_ORDER = (*STRATEGY_ORDER, FINETUNED)
-ERROR_COLUMNS = ("missing", "spurious", "boundary", "exact")
 RUN_PARAM_COLUMNS = (
     "model",
     "model_id",
@@ -248,7 +247,7 @@ def dataset_stats(
         origin = where.get(config, f"{config}:{task}/{dataset}")
         ids[config], stats[config] = _check_artifact(artifacts[config], origin)
         errors[config] = {}
-        for name in ERROR_COLUMNS:
+        for name in MATCH_CLASSES:
             values = (artifacts[config].get("errors") or {}).get(name)
             if values is not None:
                 values = np.asarray(values, dtype=np.float64).reshape(-1)
@@ -314,7 +313,7 @@ def build_results(
     """Assemble a :class:`RunResults` from run rows, their metrics and their bootstrap artifacts."""
     if not runs:
         raise ValueError(
-            f"experiment {experiment_name!r} at {without_userinfo(tracking_uri)}: no configuration run to analyse"
+            f"experiment {experiment_name!r} at {redact_uris(tracking_uri)}: no configuration run to analyse"
         )
     frame = pd.DataFrame(runs)
     for column in ("run_id", "summary", *RUN_PARAM_COLUMNS):
@@ -368,7 +367,7 @@ def load_results(
     """
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # one bar per run floods the log
     listed = read_summaries(Path(summaries), expected)
-    shown_uri = without_userinfo(tracking_uri)  # what the report and its errors show: no credential
+    shown_uri = redact_uris(tracking_uri)  # what the report and its errors show: no credential
     folders = {s.name: folder_for_summary(evidence, s.name) for s in listed} if evidence is not None else {}
     pulled = {
         s.name: _checked_evidence(s, folders[s.name], experiment)
@@ -430,7 +429,7 @@ def _checked_evidence(summary: Summary, folder: Path, experiment: str):
         raise ValueError(
             f"{where}: run {loaded.run_id} belongs to experiment {run.get('experiment')!r}, not {experiment!r}"
         )
-    if run.get("kind") not in KINDS:
+    if run.get("kind") not in RUN_KINDS:
         raise ValueError(f"{where}: run {loaded.run_id} is not a configuration run (kind {run.get('kind')!r})")
     if run.get("complete") is False or summary.complete is False:
         raise ValueError(f"{where}: run {loaded.run_id}: the configuration is incomplete")
@@ -477,7 +476,7 @@ def load_hand_runs(tracking_uri: str, experiment: str | None = None, run_ids: Se
 
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     client = MlflowClient(tracking_uri)
-    shown_uri = without_userinfo(tracking_uri)
+    shown_uri = redact_uris(tracking_uri)
     notes: list[str] = []
     if run_ids:
         runs = []
@@ -486,10 +485,10 @@ def load_hand_runs(tracking_uri: str, experiment: str | None = None, run_ids: Se
                 run = client.get_run(run_id)
             except MlflowException:
                 raise ValueError(f"run {run_id} not found at {shown_uri}") from None
-            if run.info.status != "FINISHED" or run.data.tags.get("kind") not in KINDS:
+            if run.info.status != "FINISHED" or run.data.tags.get("kind") not in RUN_KINDS:
                 raise ValueError(
                     f"run {run_id} ({run_name(run)}) is {run.info.status} with kind {run.data.tags.get('kind')!r}: "
-                    f"a FINISHED configuration run (kind one of {KINDS}) is needed"
+                    f"a FINISHED configuration run (kind one of {RUN_KINDS}) is needed"
                 )
             runs.append(run)
         names = [run_name(run) for run in runs]
@@ -510,7 +509,7 @@ def load_hand_runs(tracking_uri: str, experiment: str | None = None, run_ids: Se
         )
         runs, older = [], {}
         for run in candidates:
-            if run.data.tags.get("kind") not in KINDS:
+            if run.data.tags.get("kind") not in RUN_KINDS:
                 continue
             name = run_name(run)
             if any(run_name(kept) == name for kept in runs):

@@ -13,9 +13,8 @@ from pathlib import Path
 import pandas as pd
 
 from src.report.analysis import Analysis
+from src.scoring.metrics import ERROR_TYPES
 from src.scoring.stats import OUTCOMES
-
-ERROR_TYPES = ("missing", "spurious", "boundary")
 
 
 def f1_by_dataset(analysis: Analysis) -> pd.DataFrame:

@@ -13,16 +13,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from src.redact import without_userinfo
+from src.redact import redact_uris
 from src.report import rq
 from src.report.analysis import finetuned_pairs, instance_table
+from src.report.rq import CORRECTION_NAMES
 from src.report.tables import fmt, markdown_table, pct
 from src.study import DATASETS, TASK_ORDER
 
 if TYPE_CHECKING:
     from src.report.analysis import Analysis
-
-CORRECTION_NAMES = {"none": "raw p", "holm": "Holm", "bh": "Benjamini-Hochberg"}
 
 
 def rq1_sentences(analysis: Analysis) -> list[str]:
@@ -219,7 +218,7 @@ def top_label_sentences(top_gold: Mapping[str, dict]) -> list[str]:
 def run_link(uri: str, experiment_id: str, run_id: str) -> str:
     """A link into the MLflow UI when the store is a server, else the bare run id."""
     if uri.startswith(("http://", "https://")):
-        base = without_userinfo(uri).rstrip("/")  # a credential in the store URI never reaches the report
+        base = redact_uris(uri).rstrip("/")  # a credential in the store URI never reaches the report
         return f"[{run_id}]({base}/#/experiments/{experiment_id}/runs/{run_id})"
     return f"`{run_id}`"
 

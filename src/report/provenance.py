@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-KINDS = ("prompted", "finetuned")  # the ``kind`` tag of configuration runs (src.run, src.finetune.evaluate)
+from src.study import RUN_KINDS
+
 DIRTY_SUFFIX = "-dirty"
 
 
@@ -183,8 +184,8 @@ def fetch_runs(client, summaries: Sequence[Summary], experiment_id: str, experim
         if run.info.status != "FINISHED":
             raise ValueError(f"{where} is {run.info.status}, not FINISHED")
         kind = run.data.tags.get("kind")
-        if kind not in KINDS:
-            raise ValueError(f"{where} is not a configuration run (its `kind` tag is {kind!r}, not one of {KINDS})")
+        if kind not in RUN_KINDS:
+            raise ValueError(f"{where} is not a configuration run (its `kind` tag is {kind!r}, not one of {RUN_KINDS})")
         if summary.complete is False:
             raise ValueError(f"{where}: the summary says the configuration is incomplete")
         stated_fields = (("model", summary.model), ("strategy", summary.strategy), ("run name", summary.run_name))

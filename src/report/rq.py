@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from src.report.loading import ordered_keys
+from src.scoring.metrics import ERROR_TYPES
 from src.scoring.stats import (
     OUTCOMES,
     all_pairs_bootstrap,
@@ -40,6 +41,8 @@ from src.scoring.stats import (
 from src.study import STRATEGY_ORDER
 
 CORRECTIONS = {"holm": holm, "bh": benjamini_hochberg}
+#: How the report names each correction (and the raw p-values, "none").
+CORRECTION_NAMES = {"none": "raw p", "holm": "Holm", "bh": "Benjamini-Hochberg"}
 #: The outcome of a pair that shares no instance on a dataset (counted in no outcome share).
 UNTESTED = "untested"
 MIN_RANKED = 3
@@ -566,16 +569,16 @@ def size_curves(
 
 def error_breakdown(scores: pd.DataFrame) -> pd.DataFrame:
     """Missing, spurious and boundary errors per dataset, summed over configurations, with shares."""
-    columns = [f"errors.{e}" for e in ("missing", "spurious", "boundary")]
+    columns = [f"errors.{e}" for e in ERROR_TYPES]
     present = scores.dropna(subset=[c for c in columns if c in scores.columns])
     if present.empty or not all(c in scores.columns for c in columns):
-        return pd.DataFrame(columns=["dataset", "configs", "missing", "spurious", "boundary"])
+        return pd.DataFrame(columns=["dataset", "configs", *ERROR_TYPES])
     present = present.assign(dataset_key=present["task"] + "/" + present["dataset"])
     table = present.groupby("dataset_key")[columns].sum()
     table = table.loc[ordered_keys(table.index)]
-    table.columns = ["missing", "spurious", "boundary"]
+    table.columns = list(ERROR_TYPES)
     total = table.sum(axis=1)
-    for name in ("missing", "spurious", "boundary"):
+    for name in ERROR_TYPES:
         table[f"share_{name}"] = np.where(total > 0, table[name] / total.where(total > 0, 1), np.nan)
     table.insert(0, "configs", present.groupby("dataset_key").size())
     return table.rename_axis("dataset").reset_index()

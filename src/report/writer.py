@@ -14,7 +14,7 @@ from urllib.parse import quote
 
 import pandas as pd
 
-from src.redact import without_userinfo
+from src.redact import redact_uris
 from src.report.analysis import instance_table
 from src.report.browser import page_name, pages_with
 from src.report.findings import Finding, findings
@@ -190,7 +190,7 @@ def build_report(
     lines += [
         "## Methods",
         "",
-        f"Experiment `{results.experiment_name}` (id {results.experiment_id}) at `{without_userinfo(results.tracking_uri)}`: "
+        f"Experiment `{results.experiment_name}` (id {results.experiment_id}) at `{redact_uris(results.tracking_uri)}`: "
         f"{len(runs)} configurations ({len(analysis.groups['all'])} prompted, "
         f"{int((runs['kind'] == 'finetuned').sum())} fine-tuned), {len(analysis.tests)} datasets with paired tests, "
         f"{analysis.resamples} bootstrap resamples per dataset (seed {analysis.seed}), alpha = {analysis.alpha}, "

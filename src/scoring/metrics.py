@@ -50,7 +50,10 @@ from src.data.schema import Record, Span
 from src.data.text import words
 from src.study import LABELS, METRICS, PRIMARY_METRIC
 
-ERROR_TYPES = ("exact", "boundary", "missing", "spurious")
+#: How a gold or predicted span fares under the matching: one exact class and three error types.
+MATCH_CLASSES = ("exact", "boundary", "missing", "spurious")
+#: The error types the report counts, in its order.
+ERROR_TYPES = ("missing", "spurious", "boundary")
 
 
 @dataclass(frozen=True)
@@ -114,6 +117,54 @@ def optimal_matching(weights: np.ndarray) -> tuple[np.ndarray, np.ndarray, float
 
 
 @dataclass(frozen=True)
+class SpanMatch:
+    """The optimal one-to-one matching of one instance's predictions (rows) and gold spans (cols):
+    what every metric and every report of exact, boundary, missing and spurious spans reads."""
+
+    common: np.ndarray  # LCS length of each (prediction, gold) pair
+    longest: np.ndarray  # max(|p|, |g|), 1 where both are empty
+    rows: np.ndarray  # matched predictions
+    cols: np.ndarray  # their gold spans
+
+    @property
+    def similarity(self) -> np.ndarray:
+        return self.common / self.longest
+
+    def classes(self) -> tuple[list[str], list[str], list[int | None]]:
+        """(class of each gold span, class of each prediction, each prediction's gold partner or None):
+        a matched pair of similarity 1 is ``exact``, one above 0 ``boundary``; the rest are
+        ``missing`` (gold) and ``spurious`` (predictions)."""
+        gold = ["missing"] * self.common.shape[1]
+        preds: list[str] = ["spurious"] * self.common.shape[0]
+        partner: list[int | None] = [None] * self.common.shape[0]
+        similarity = self.similarity
+        for i, j in zip(self.rows, self.cols):
+            if similarity[i, j] > 0:
+                cls = "exact" if similarity[i, j] == 1.0 else "boundary"
+                gold[j], preds[i], partner[i] = cls, cls, int(j)
+        return gold, preds, partner
+
+
+def match_spans(preds: Sequence[PredictedSpan], gold: Sequence[Any], lowercase: bool = False) -> SpanMatch:
+    """Match predictions to gold spans (anything with ``text`` and ``label``) by the study's word LCS
+    similarity; a prediction with a label only matches gold spans of that label."""
+    pred_words = [words(p.text, lowercase) for p in preds]
+    gold_words = [words(g.text, lowercase) for g in gold]
+    gold_vocab = [set(gw) for gw in gold_words]
+    shape = (len(preds), len(gold))
+    common = np.zeros(shape, dtype=np.int64)
+    longest = np.ones(shape, dtype=np.int64)
+    for i, (p, pw) in enumerate(zip(preds, pred_words)):
+        for j, (g, gw) in enumerate(zip(gold, gold_words)):
+            if (p.label is not None and p.label != g.label) or gold_vocab[j].isdisjoint(pw):
+                continue  # similarity 0 (no shared word: skip the DP, common for long documents)
+            common[i, j] = lcs_length(pw, gw)
+            longest[i, j] = max(len(pw), len(gw), 1)
+    rows, cols, _ = optimal_matching(common / longest)
+    return SpanMatch(common, longest, rows, cols)
+
+
+@dataclass(frozen=True)
 class InstanceScore:
     """Sufficient statistics and error counts of one instance."""
 
@@ -137,28 +188,17 @@ def score_instance(
 ) -> InstanceScore:
     """Match one instance's predictions against its gold spans under all three metrics."""
     preds = [as_predicted_span(p) for p in predictions]
-    pred_words = [words(p.text, lowercase) for p in preds]
-    gold_words = [words(g.text, lowercase) for g in gold]
-    gold_vocab = [set(gw) for gw in gold_words]
-    shape = (len(preds), len(gold))
-    common = np.zeros(shape, dtype=np.int64)  # LCS length
-    longest = np.ones(shape, dtype=np.int64)  # max(|p|, |g|), 1 where both are empty
-    for i, (p, pw) in enumerate(zip(preds, pred_words)):
-        for j, (g, gw) in enumerate(zip(gold, gold_words)):
-            if (p.label is not None and p.label != g.label) or gold_vocab[j].isdisjoint(pw):
-                continue  # similarity 0 (no shared word: skip the DP, common for long documents)
-            common[i, j] = lcs_length(pw, gw)
-            longest[i, j] = max(len(pw), len(gw), 1)
-    similarity = common / longest
-    rows, cols, lcs_total = optimal_matching(similarity)
-    matched = similarity[rows, cols]
+    match = match_spans(preds, gold, lowercase)
+    common, longest = match.common, match.longest
+    matched = match.similarity[match.rows, match.cols]
+    lcs_total = float(matched.sum())
     exact = int(np.count_nonzero(matched == 1.0))
     boundary = int(np.count_nonzero((matched > 0) & (matched < 1)))
     strict = optimal_matching((common == longest) & (common > 0))[2]
     relaxed = optimal_matching(common > 0)[2]
     haystack = text.lower() if lowercase else text
     not_in_text = sum(
-        1 for p, pw in zip(preds, pred_words) if not pw or (p.text.lower() if lowercase else p.text) not in haystack
+        1 for p in preds if not words(p.text, lowercase) or (p.text.lower() if lowercase else p.text) not in haystack
     )
     return InstanceScore(
         lcs=lcs_total,
@@ -220,7 +260,7 @@ class ScoreResult:
     Attributes:
         ids: instance ids in gold order.
         stats: metric name -> float array (N, 3) of (matched, n_pred, n_gold).
-        errors: error type (``ERROR_TYPES``) -> int array (N,).
+        errors: match class (``MATCH_CLASSES``) -> int array (N,).
         not_in_text: int array (N,) of predictions not found in the text.
         per_label: label -> the same result restricted to that label (only when
             the gold has more than one label).
@@ -266,7 +306,7 @@ def _collect(ids: list[str], scores: list[InstanceScore]) -> ScoreResult:
         metric: np.array([(getattr(s, metric), s.n_pred, s.n_gold) for s in scores], dtype=np.float64).reshape(n, 3)
         for metric in METRICS
     }
-    errors = {name: np.array([getattr(s, name) for s in scores], dtype=np.int64) for name in ERROR_TYPES}
+    errors = {name: np.array([getattr(s, name) for s in scores], dtype=np.int64) for name in MATCH_CLASSES}
     not_in_text = np.array([s.not_in_text for s in scores], dtype=np.int64)
     return ScoreResult(list(ids), stats, errors, not_in_text)
 

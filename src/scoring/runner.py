@@ -22,6 +22,7 @@ from src.data.schema import Record
 from src.digest import file_digest
 from src.run_tree import parent_tags, study_tags
 from src.scoring.evaluate import DatasetEvaluation, InstanceOutput, evaluate_dataset, log_evaluation
+from src.study import RUN_KINDS
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +39,6 @@ SUMMARY_METRICS = (
     "refusal_rate",
     "n",
 )
-KINDS = ("prompted", "finetuned")
 
 
 @dataclass
@@ -98,8 +98,8 @@ class RunRecord:
     profile: str | None = None
 
     def __post_init__(self) -> None:
-        if self.kind not in KINDS:
-            raise ValueError(f"run kind must be one of {KINDS}, got {self.kind!r}")
+        if self.kind not in RUN_KINDS:
+            raise ValueError(f"run kind must be one of {RUN_KINDS}, got {self.kind!r}")
 
     def all_params(self) -> dict[str, Any]:
         return {"model": self.model, "strategy": self.strategy, "kind": self.kind, **self.params}

@@ -211,7 +211,7 @@ def test_report_first_line_run_links_and_errors_show_no_credential():
         build_results([], {}, {}, CREDENTIAL_URI, "tempgen", "1")
     assert "at http://127.0.0.1:5999: no configuration run" in str(info.value) and URI_TOKEN not in str(info.value)
     writer = (REPO_ROOT / "src" / "report" / "writer.py").read_text()
-    assert "at `{without_userinfo(results.tracking_uri)}`" in writer  # the report's first line
+    assert "at `{redact_uris(results.tracking_uri)}`" in writer  # the report's first line
 
 
 def test_run_errors_about_a_uri_show_no_credential(tmp_path):

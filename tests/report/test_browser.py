@@ -123,3 +123,21 @@ def test_the_page_embeds_its_data_as_json_that_nothing_in_the_answers_can_break_
     assert (
         other["instances"][0]["text_missing"] is True and other["instances"][0]["by"]["A"]["preds"][0]["start"] is None
     )
+
+
+def test_the_browser_classifies_with_the_scorers_own_matching_and_its_options():
+    """The counts a page shows are the scorer's error counts, case folding included."""
+    from src.data.schema import Span
+    from src.report.browser import classify
+    from src.scoring.metrics import score_instance
+
+    text = "On Friday the talks on the last week resumed ."
+    gold = [Span(3, 9, "Friday", "TIMEX"), Span(23, 36, "the last week", "TIMEX")]
+    cases = [["friday", "last week", "talks"], ["Friday", "the last week"], [], ["resumed"]]
+    for predictions in cases:
+        for lowercase in (False, True):
+            shown = classify(text, [g.to_dict() for g in gold], predictions, lowercase)["counts"]
+            scored = score_instance(text, gold, predictions, lowercase)
+            assert shown == {name: getattr(scored, name) for name in ("exact", "boundary", "missing", "spurious")}
+    assert classify(text, [g.to_dict() for g in gold], ["friday"], lowercase=True)["gold"][0] == "exact"
+    assert classify(text, [g.to_dict() for g in gold], ["friday"])["gold"][0] == "missing"
