@@ -36,9 +36,9 @@ sys.path.insert(0, str(ROOT))  # run as a script from anywhere
 
 from src.backends import create_backend  # noqa: E402
 from src.backends.base import ChatRequest  # noqa: E402
+from src.data.digest import file_digest  # noqa: E402
 from src.data.schema import read_records  # noqa: E402
 from src.data.splits import subset_by_id  # noqa: E402
-from src.digest import file_digest  # noqa: E402
 from src.prompts import build_messages, get_strategy, gold_answer, select_exemplars  # noqa: E402
 from src.prompts.parsing import parse_answer  # noqa: E402
 from src.scoring.metrics import score_pairs  # noqa: E402

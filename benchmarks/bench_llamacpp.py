@@ -53,7 +53,7 @@ from src.backends.base import ChatRequest  # noqa: E402
 from src.prompts import STRATEGY_NAMES, strategy_from_config  # noqa: E402
 from src.runs.configure import checked_count, dataset_file, planned_records, prompt_options  # noqa: E402
 from src.runs.prompted import PromptedSystem  # noqa: E402
-from src.scoring.runner import DatasetPlan  # noqa: E402
+from src.tracking.evaluation import DatasetPlan  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "llamacpp.json"
 PROFILE = ROOT / "sweep.yaml"  # the default profile (another one after `cp conf/profiles/NAME.yaml sweep.yaml`)

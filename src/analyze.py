@@ -32,16 +32,15 @@ from src.report.analysis import Analysis, analysis_summary, run_analysis
 from src.report.browser import write_instance_pages
 from src.report.figures import read_top_gold
 from src.report.loading import load_hand_runs, load_results
-from src.tracking import PROJECT_ROOT, default_experiment, tracking_uri
+from src.tracking.store import PROJECT_ROOT, default_experiment, tracking_uri
 
 log = logging.getLogger("src.analyze")
 
-CONF_DIR = PROJECT_ROOT / "conf"
 __all__ = ["Analysis", "analysis_summary", "main", "run_analysis", "write_outputs"]
 
 
 def default_seed() -> int:
-    from src.params import lookup
+    from src.config.params import lookup
 
     return int(lookup("seed"))
 
@@ -51,8 +50,8 @@ def instance_texts(keys: set[tuple[str, str]]) -> dict[tuple[str, str], dict[str
     paths); a set that is not on this machine (hand runs from elsewhere) gets none: its instance
     page then shows ids and spans without the text."""
     from src import study
+    from src.config.params import lookup
     from src.data.schema import read_records
-    from src.params import lookup
 
     texts: dict[tuple[str, str], dict[str, str]] = {}
     for task, dataset in sorted(keys):
@@ -94,9 +93,9 @@ def sweep_summaries(path: Path) -> list[str]:
 
 
 def log_analysis(experiment: str, uri: str, profile: str, args: argparse.Namespace) -> None:
-    """The analysis as an MLflow run under the profile's parent (src/run_tree.py). The report is
+    """The analysis as an MLflow run under the profile's parent (src/tracking/run_tree.py). The report is
     already written: a store that refuses the run costs the UI view, not the report (one warning)."""
-    from src.run_tree import log_analysis_run
+    from src.tracking.run_tree import log_analysis_run
 
     params = {"resamples": args.resamples, "alpha": args.alpha, "correction": args.correction, "out": str(args.out)}
     try:
@@ -161,7 +160,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not 0 < args.alpha < 0.5:
         print("error: --alpha must be in (0, 0.5)", file=sys.stderr)
         return 2
-    from src.params import lookup
+    from src.config.params import lookup
 
     stats_json = args.stats_json or PROJECT_ROOT / lookup("paths.prepared") / "stats.json"
     uri = tracking_uri(args.tracking_uri)

@@ -98,7 +98,7 @@ def entries(directory: Path) -> Iterator[Entry]:
 
 def run_keys(overrides: str) -> set[str]:
     """Cache keys of every request the configuration ``overrides`` would send."""
-    from src.cache_run import configuration_keys  # Hydra and the prompts only when asked for
+    from src.runs.offline import configuration_keys  # Hydra and the prompts only when asked for
 
     return configuration_keys(overrides.split())
 

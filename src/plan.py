@@ -27,8 +27,9 @@ from typing import Any
 
 from src.billing.prices import MODES
 from src.cli import setup_logging
+from src.config.locate import project_file
 
-DVC_FILE = Path(__file__).resolve().parents[1] / "dvc.yaml"
+DVC_FILE = project_file("dvc.yaml")
 #: Overrides of the run stage that only name where a run writes (nothing the plan counts).
 OUTPUT_OVERRIDES = ("summary", "evidence")
 TOTAL_KEYS = (
@@ -99,8 +100,8 @@ def _filled(values: dict[str, Any], path: Path, match: re.Match) -> str:
 def plan_one(overrides: Sequence[str], seen: set[str] | None = None) -> tuple[dict[str, Any], Any]:
     """(plan, composed config) of one configuration; ValueError names what cannot run. ``seen``:
     the request keys of the sweep's earlier configurations (sent once, whichever asks first)."""
-    from src.cache_run import compose_config, offline_system
     from src.runs.configure import budget_from_config, plan_of
+    from src.runs.offline import compose_config, offline_system
 
     cfg = compose_config(overrides)
     budget_from_config(cfg)  # a bad budget value is an error before anything is counted
@@ -222,7 +223,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import logging
 
     setup_logging(logging.WARNING)
-    from src.run_checks import unknown_choice_error
+    from src.config.checks import unknown_choice_error
 
     problem = unknown_choice_error(args.overrides)
     if problem:

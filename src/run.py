@@ -20,14 +20,14 @@ import hydra
 from omegaconf import DictConfig
 
 from src.cli import one_line
-from src.errors import ConfigError
-from src.params import register_resolver
+from src.config.checks import unknown_choice_error
+from src.config.errors import ConfigError
+from src.config.store import register_config
 from src.redact import install_log_redaction
-from src.run_checks import unknown_choice_error
 from src.runs.lifecycle import Interrupted, StoreFailedMidRun, forward_sigterm, run, stop_code
-from src.tracking import StoreError
+from src.tracking.store import StoreError
 
-register_resolver()
+register_config()
 
 
 class JobFailed(RuntimeError):

@@ -17,19 +17,19 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
+from src.config.errors import ConfigError
+from src.config.store import register_config
 from src.data.schema import read_records
 from src.data.splits import subset_by_id
-from src.errors import ConfigError
-from src.params import register_resolver
 from src.prompts import K_CHOICES, select_k, strategy_from_config
 from src.redact import install_log_redaction
 from src.runs.configure import build_backend, checked_limit, prompt_options
 from src.runs.prompted import PromptedSystem
 from src.scoring.evaluate import evaluate_dataset
-from src.scoring.runner import DatasetPlan
+from src.tracking.evaluation import DatasetPlan
 
 log = logging.getLogger("src.tune_k")
-register_resolver()
+register_config()
 
 VALIDATION_SPLIT = "val"
 

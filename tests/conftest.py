@@ -7,6 +7,13 @@ from pathlib import Path
 import pytest
 
 
+def pytest_configure(config):
+    """Hydra composes ``conf/`` with the project's resolvers and code-defined groups in every test."""
+    from src.config.store import register_config
+
+    register_config()
+
+
 def pytest_addoption(parser):
     parser.addoption("--runslow", action="store_true", default=False, help="run tests marked slow")
 

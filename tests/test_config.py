@@ -8,15 +8,13 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from src.params import lookup, register_resolver
+from src.config.params import lookup
 from src.prompts import strategy_from_config
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 MODELS = sorted(p.stem for p in (CONF / "model").glob("*.yaml"))
 STRATEGIES = sorted(p.stem for p in (CONF / "strategy").glob("*.yaml"))
 DIMENSIONS = sorted(p.stem for p in (CONF / "dimension").glob("*.yaml"))
-
-register_resolver()
 
 
 def _compose(*overrides: str):

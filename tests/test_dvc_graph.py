@@ -59,7 +59,7 @@ def test_stage_params_are_keys_that_exist(name: str, stage: dict):
 def test_closure_follows_function_level_imports():
     files = {p.relative_to(ROOT).as_posix() for p in closure("src.run")}
     assert "src/backends/cache.py" in files  # imported inside build_backend
-    assert "src/scoring/runner.py" in files and "src/study.py" in files
+    assert "src/tracking/evaluation.py" in files and "src/study.py" in files
 
 
 def test_the_stage_lists_are_the_vocabulary():

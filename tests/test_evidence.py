@@ -1,4 +1,4 @@
-"""A run's evidence folder (src/evidence.py): written by the one runner, read by the analysis without
+"""A run's evidence folder (src/tracking/evidence.py): written by the one runner, read by the analysis without
 a store, restored into a fresh MLflow store (twice: the second adds nothing), and hand-run reports.
 
 Real MLflow SQLite stores in tmp folders, the project's own runner and scorer; a two-line system.
@@ -15,10 +15,9 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from src.analyze import main as analyze_main
-from src.evidence import SOURCE_RUN_TAG, read_evidence, restore_runs
 from src.report.loading import load_hand_runs, load_results
 from src.scoring.evaluate import InstanceOutput
-from src.scoring.runner import (
+from src.tracking.evaluation import (
     DatasetPlan,
     RunRecord,
     ScoringOptions,
@@ -27,6 +26,7 @@ from src.scoring.runner import (
     summary,
     write_summary,
 )
+from src.tracking.evidence import SOURCE_RUN_TAG, read_evidence, restore_runs
 from tests.helpers.records import make_record
 
 EXPERIMENT = "evidence-test"
@@ -39,7 +39,7 @@ RECORDS = [
 
 class EchoSystem:
     """Predicts the first gold span of each record (a known F1), logs an answer-record metric as
-    src/answer_record.py does, and names the served model."""
+    src/runs/answers.py does, and names the served model."""
 
     def produce(self, plan: DatasetPlan) -> SystemOutput:
         mlflow.log_metric(f"{plan.task}.{plan.dataset}.empty_answer_rate", 0.25)

@@ -167,7 +167,7 @@ def _pulled_study_is_analysed_restored_and_guarded(project: Path, clone: Path) -
 
     import yaml
 
-    from src.evidence import MACHINE_METRIC
+    from src.tracking.evidence import MACHINE_METRIC
 
     assert not (clone / "mlruns/mlflow.db").exists()
     for folder in ("evidence/runs/smollm2_135m-I", "evidence/finetuned/minilm"):
@@ -214,11 +214,11 @@ def _pulled_study_is_analysed_restored_and_guarded(project: Path, clone: Path) -
         assert (clone / "reports/tables" / name).read_text() == (project / "reports/tables" / name).read_text(), name
 
     # (c) the restore rebuilds the runs in the clone's empty store, once
-    first = _run_in(clone, "-m", "src.evidence", "restore")
+    first = _run_in(clone, "-m", "src.tracking.evidence", "restore")
     assert first.returncode == 0, first.stderr[-3000:]
     summaries = sorted((clone / "summaries").glob("**/*.json"))
     assert f"restored {len(summaries)} run(s), 0 already" in first.stdout, first.stdout
-    second = _run_in(clone, "-m", "src.evidence", "restore")
+    second = _run_in(clone, "-m", "src.tracking.evidence", "restore")
     assert f"restored 0 run(s), {len(summaries)} already" in second.stdout, second.stdout + second.stderr
     source, restored = _mlflow_client(project), _mlflow_client(clone)
     runs = restored.search_runs(

@@ -19,9 +19,9 @@ import yaml
 
 from src.billing.ledger import Budget, budget_problem, read_ledger, reserve, spent, usd
 from src.billing.prices import MODES, Price, model_price
+from src.config.checks import ConfigError
 from src.data.schema import write_records
 from src.plan import expand, main as plan_main, sweep_configurations
-from src.run_checks import ConfigError
 from tests.helpers.openai_server import FakeOpenAIServer
 from tests.helpers.paths import REPO_ROOT
 from tests.helpers.records import make_record

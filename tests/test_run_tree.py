@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from src.run_tree import PARENT_TAG, log_analysis_run, parent_tags, profile_parent, study_tags
+from src.tracking.run_tree import PARENT_TAG, log_analysis_run, parent_tags, profile_parent, study_tags
 
 
 def test_study_tags_name_family_architecture_and_the_reasoning_components():

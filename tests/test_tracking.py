@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from src import tracking
+from src.tracking import store as tracking
 
 
 def test_redact_hides_secret_keys_and_known_values_but_keeps_token_counts():
@@ -137,7 +137,7 @@ def test_store_lock_sits_beside_a_sqlite_file_and_in_tmp_otherwise(tmp_path):
 def test_a_store_mlflow_refuses_is_one_clear_error(tmp_path, monkeypatch):
     """A ``file:`` store used to end the run with MLflow's traceback; now it is one line."""
     monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
-    from src.tracking import StoreError, start_experiment
+    from src.tracking.store import StoreError, start_experiment
 
     uri = (tmp_path / "mlruns").as_uri()
     with pytest.raises(StoreError, match=r"tracking store 'file://.*mlruns': The filesystem tracking backend") as info:

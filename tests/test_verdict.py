@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from src.verdict import verdict
+from src.runs.verdict import verdict
 
 
 def test_one_line_per_dataset_and_a_warning_naming_the_datasets_over_the_threshold():

@@ -41,7 +41,10 @@ def create_backend(name: str, **options) -> Backend:
             f"backend {name!r} needs {package!r}, which is not installed ({exc.name} missing): pip install {package}"
         ) from exc
     backend_class = getattr(module, class_name)
-    accepted = set(inspect.signature(backend_class).parameters)
+    parameters = inspect.signature(backend_class).parameters.values()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return backend_class(**options)  # it checks its own options (the openai backend's OpenAIOptions)
+    accepted = {p.name for p in parameters}
     unknown = sorted(set(options) - accepted)
     if unknown:
         raise ValueError(f"backend {name!r}: unknown options {unknown}; accepted: {sorted(accepted)}")

@@ -59,7 +59,6 @@ import openai
 from tqdm.auto import tqdm
 
 from src.backends.base import ChatRequest, GenerationResult, OrderedResults, ResultCallback
-from src.backends.batch_apis import DIALECTS
 from src.backends.concurrency import (
     NEUTRAL,
     OVERLOAD,
@@ -88,10 +87,11 @@ from src.backends.openai_reply import (
     is_format_refusal,
     parse_completion,
 )
+from src.backends.options import OpenAIOptions
 from src.backends.repeats import cut_at_repeat
 from src.backends.retry import RetryPolicy, is_auth_status, is_retryable_status, parse_retry_after
 from src.backends.routing import checked_routing, provider_mismatch
-from src.backends.served import ON_MISMATCH, is_mismatch
+from src.backends.served import is_mismatch
 from src.billing.bill import Bill, BilledReply
 from src.billing.meter import Admission, Meter
 from src.redact import redact_uris
@@ -100,11 +100,8 @@ __all__ = ["KeyHostMismatchError", "MissingAPIKeyError", "NEVER_HEALS_RETRIES", 
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_BASE_URL = "https://openrouter.ai/api/v1"
-DEFAULT_API_KEY_ENV = "OPENROUTER_API_KEY"
 CONNECTIONS_PER_CLIENT = 8
 NEVER_HEALS_RETRIES = 1  # retries of a fault that repeating cannot fix (undecodable body, wrong types)
-MODES = ("sync", "batch", "flex")
 RESEND = object()  # an attempt to send again at once, not counted (a refused schema form under auto)
 
 
@@ -115,132 +112,52 @@ class _AuthError(Exception):
 class OpenAIBackend:
     """Chat completions over HTTP with bounded concurrency and retries.
 
-    Args:
-        model_id: the provider's model name, e.g. ``qwen/qwen3-235b-a22b-2507``.
-        base_url: endpoint root (``.../v1``).
-        api_key_env: name of the environment variable holding the key
-            (:mod:`src.backends.openai_keys`); None or empty = no key.
-        require_api_key: None = required unless ``base_url`` is a loopback address.
-        max_concurrency: most requests in flight at once (the start of the adaptive bound).
-        timeout_s: limit on one attempt (the least one; see ``min_tokens_per_s``).
-        min_tokens_per_s: the slowest generation speed to wait for: an attempt may take
-            ``max(timeout_s, bound * max_tokens / min_tokens_per_s)`` seconds, one slow answer
-            for every request that may be queued ahead of it; None = ``timeout_s`` alone.
-        max_retries, backoff_base_s, backoff_max_s: see :class:`RetryPolicy`.
-        extra_headers: sent with every request (e.g. OpenRouter's ``HTTP-Referer``).
-        extra_body: extra JSON fields; part of the cache key.
-        request_cost: ask for ``usage.cost`` with OpenRouter's ``usage: {include: true}`` (now
-            documented as always on and the flag as a no-op; sent for deployments that still
-            need it); None = only when the host is openrouter.ai, as other servers may reject
-            the field. ``usage.cost`` is recorded whenever a response carries it.
-        seed: seeds the retry jitter (not the model; each request carries its own seed).
-        on_model_mismatch: ``warn`` keeps an answer whose served ``model`` is another model, or
-            whose provider is outside ``routing`` (the run counts and reports it); ``fail``
-            retries it and then fails the request, so nothing from another model is cached.
-            Not part of the cache key.
-        schema_format: how a request's JSON schema is sent: ``json_schema`` (OpenAI's
-            structured outputs, accepted by vLLM and OpenRouter; ``strict`` is the same form,
-            named for runs that must fail rather than fall back), ``json_object`` (llama.cpp's
-            Python server: ``{"type": "json_object", "schema": ...}``), ``none`` (not sent;
-            the answer is parsed as it comes), or ``auto``: ``json_schema``, then
-            ``json_object``, then ``none``, moving on once for the whole backend when the
-            server refuses a form (``schema_form_used`` says which answered). Part of the
-            cache key (``auto`` as ``auto``: the same endpoint always settles on the same form).
-        routing: OpenRouter's ``provider`` object (:mod:`src.backends.routing`); part of the
-            cache key when set.
-        mode: ``sync`` (one request per answer), ``batch`` (the Batch API, about half price,
-            answers within ``batch_completion_window``) or ``flex`` (OpenAI's ``service_tier:
-            flex``, about half price, slower). Not part of the cache key: the same model answers.
-        stop_after_same_fault: stop the call when this many attempts in a row, over more than
-            one request, failed the same way (a reply fault or a non-overload HTTP error);
-            None = never stop early.
-        batch_poll_s, batch_completion_window, batch_max_requests, batch_rounds: the Batch API's
-            poll interval, completion window, most requests per batch, and how many more
-            batches a request that failed in one gets before the synchronous path answers it.
-        batch_api: the Batch API's dialect (:mod:`src.backends.batch_apis`): ``openai`` (files),
-            ``openrouter`` (inline requests), ``auto`` (OpenRouter's on openrouter.ai).
+    ``OpenAIBackend(model_id, options, **overrides)``: ``model_id`` is the provider's model name
+    (e.g. ``qwen/qwen3-235b-a22b-2507``); ``options`` an :class:`~src.backends.options.OpenAIOptions`
+    (every option, documented there, with its default), ``overrides`` replace single options
+    (``timeout_s=5``). What the options mean for a request: the module docstring; a bad value is
+    a :class:`~src.config.errors.ConfigError` naming ``model.options.<key>``.
     """
 
     name = "openai"
 
-    def __init__(
-        self,
-        model_id: str,
-        base_url: str = DEFAULT_BASE_URL,
-        api_key_env: str = DEFAULT_API_KEY_ENV,
-        require_api_key: bool | None = None,
-        max_concurrency: int = 16,
-        timeout_s: float = 120.0,
-        min_tokens_per_s: float | None = None,
-        max_retries: int = 6,
-        backoff_base_s: float = 1.0,
-        backoff_max_s: float = 60.0,
-        extra_headers: dict[str, str] | None = None,
-        extra_body: dict[str, Any] | None = None,
-        request_cost: bool | None = None,
-        seed: int = 0,
-        schema_format: str = "json_schema",
-        on_model_mismatch: str = "warn",
-        routing: dict[str, Any] | None = None,
-        mode: str = "sync",
-        stop_after_same_fault: int | None = 20,
-        batch_poll_s: float = 30.0,
-        batch_completion_window: str = "24h",
-        batch_max_requests: int = 50_000,
-        batch_rounds: int = 1,
-        batch_api: str = "auto",
-    ) -> None:
+    def __init__(self, model_id: str, options: OpenAIOptions | None = None, **overrides: Any) -> None:
         if not model_id:
             raise ValueError("openai backend: model_id is required")
-        if max_concurrency < 1:
-            raise ValueError(f"openai backend: max_concurrency must be >= 1, got {max_concurrency}")
-        if timeout_s <= 0:
-            raise ValueError(f"openai backend: timeout_s must be > 0, got {timeout_s}")
-        if min_tokens_per_s is not None and min_tokens_per_s <= 0:
-            raise ValueError(f"openai backend: min_tokens_per_s must be > 0 or null, got {min_tokens_per_s}")
-        if schema_format not in SCHEMA_FORMATS:
-            raise ValueError(f"openai backend: schema_format must be one of {SCHEMA_FORMATS}, got {schema_format!r}")
-        if on_model_mismatch not in ON_MISMATCH:
-            raise ValueError(
-                f"openai backend: on_model_mismatch must be one of {ON_MISMATCH}, got {on_model_mismatch!r}"
-            )
-        if mode not in MODES:
-            raise ValueError(f"openai backend: mode must be one of {MODES}, got {mode!r}")
-        if stop_after_same_fault is not None and stop_after_same_fault < 2:
-            raise ValueError(f"openai backend: stop_after_same_fault must be >= 2 or null, got {stop_after_same_fault}")
+        base = (options or OpenAIOptions()).as_dict()
+        self.options = OpenAIOptions.from_mapping({**base, **overrides})
+        o = self.options
         self.model_id = model_id
-        self.base_url = base_url.rstrip("/")
-        self.api_key_env = api_key_env
-        self.max_concurrency = int(max_concurrency)
-        self.timeout_s = float(timeout_s)
-        self.min_tokens_per_s = None if min_tokens_per_s is None else float(min_tokens_per_s)
+        self.base_url = o.base_url.rstrip("/")
+        self.api_key_env = o.api_key_env
+        self.max_concurrency = int(o.max_concurrency)
+        self.timeout_s = float(o.timeout_s)
+        self.min_tokens_per_s = None if o.min_tokens_per_s is None else float(o.min_tokens_per_s)
         self.concurrency_stats: ConcurrencyStats | None = None  # set by the first generate call
-        self.retry = RetryPolicy(max_retries, backoff_base_s, backoff_max_s)
-        self.extra_headers = dict(extra_headers or {})
-        self.extra_body = dict(extra_body or {})
+        self.retry = RetryPolicy(o.max_retries, o.backoff_base_s, o.backoff_max_s)
+        self.extra_headers = dict(o.extra_headers)
+        self.extra_body = dict(o.extra_body)
         host = (urlsplit(self.base_url).hostname or "").lower().rstrip(".")
-        self.request_cost = host_within(host, "openrouter.ai") if request_cost is None else request_cost
-        self.seed = seed
-        self.schema_format = schema_format
-        self.schema_form = FIRST_FORM.get(schema_format, schema_format)  # the form sent now
+        self.request_cost = host_within(host, "openrouter.ai") if o.request_cost is None else o.request_cost
+        self.seed = o.seed
+        self.schema_format = o.schema_format
+        self.schema_form = FIRST_FORM.get(o.schema_format, o.schema_format)  # the form sent now
         self.schema_forms_answered: Counter[str] = Counter()  # form -> answers to requests with a schema
         self.format_refusals = 0  # requests resent in a fallback form (auto), not counted as attempts
         self._form_settled = False  # a request with a schema has been sent and answered in the current form
-        self.on_model_mismatch = on_model_mismatch
-        self.routing = checked_routing(routing, "model.options.routing")
-        self.mode = mode
-        self.stop_after_same_fault = stop_after_same_fault
-        self.batch_poll_s = float(batch_poll_s)
-        self.batch_completion_window = batch_completion_window
-        self.batch_max_requests = int(batch_max_requests)
-        self.batch_rounds = int(batch_rounds)
-        if batch_api not in DIALECTS:
-            raise ValueError(f"openai backend: batch_api must be one of {DIALECTS}, got {batch_api!r}")
-        self.batch_api = batch_api
+        self.on_model_mismatch = o.on_model_mismatch
+        self.routing = checked_routing(o.routing, "model.options.routing")
+        self.mode = o.mode
+        self.stop_after_same_fault = o.stop_after_same_fault
+        self.batch_poll_s = float(o.batch_poll_s)
+        self.batch_completion_window = o.batch_completion_window
+        self.batch_max_requests = int(o.batch_max_requests)
+        self.batch_rounds = int(o.batch_rounds)
+        self.batch_api = o.batch_api
         self.batch_dir: Path | None = None  # where batch ids are kept (the run sets it beside the cache)
         self.meter = Meter()  # the run replaces it with one that knows the price and the cap
         self.stop_reason: str | None = None  # why the last call stopped early (budget, a repeated fault, a key)
-        self.__api_key = key_for(api_key_env, self.base_url, host, require_api_key)
+        self.__api_key = key_for(o.api_key_env, self.base_url, host, o.require_api_key)
         self._tls: ssl.SSLContext | None = None
 
     def __repr__(self) -> str:

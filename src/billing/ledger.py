@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from src.errors import ConfigError
+from src.config.errors import ConfigError
 
 LEDGER_FORMAT = 2
 HEARTBEAT_S = 30.0

@@ -24,7 +24,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from src.backends.base import ChatRequest
-from src.errors import ConfigError
+from src.config.errors import ConfigError
 
 ESTIMATE = "estimate (characters / 4)"
 TOKENIZER = "tokenizer"

@@ -64,6 +64,7 @@ import yaml
 
 from src.backends.base import Backend, GenerationResult
 from src.cli import setup_logging
+from src.config.locate import conf_dir
 from src.data.schema import Record
 from src.data.text import words
 from src.derive.alignment import AlignmentError, changed_words, count_changed_words, derived_record
@@ -77,7 +78,7 @@ from src.derive.typo_rule import RULE_KIND, char_noise_rule
 log = logging.getLogger(__name__)
 
 RULE_GENERATOR = {"backend": "rule", "model_id": RULE_KIND}
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+CONF_DIR = conf_dir()
 MODEL_CONFIG_DIR = CONF_DIR / "model"  # the --generator files
 #: The usage counts the stats sum: what the answers cost. ``prompt_tokens_reused`` (llama.cpp's
 #: prefix cache) depends on which requests were cached and in what order they ran, so it is left out.

@@ -12,13 +12,15 @@ from pathlib import Path
 
 import nltk
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from src.config.locate import PROJECT_ROOT
+
+REPO_ROOT = PROJECT_ROOT
 
 
 def default_nltk_data() -> Path:
     """``<paths.raw>/nltk_data`` from params.yaml (``data/raw`` when there is no params file)."""
     try:
-        from src.params import lookup
+        from src.config.params import lookup
 
         raw = lookup("paths.raw")
     except (FileNotFoundError, KeyError):

@@ -2,7 +2,7 @@
 
 ``python -m src.finetune.evaluate --model minilm`` loads ``models/finetuned/{model}-{task}/``
 for each task, predicts every dataset of the task (long documents windowed) and hands the
-predictions to the one evaluation runner (:mod:`src.scoring.runner`), which logs the MLflow
+predictions to the one evaluation runner (:mod:`src.tracking.evaluation`), which logs the MLflow
 run ``{model}-finetuned`` (strategy ``finetuned``) with the same metrics and artifacts as
 ``src.run``, tagged with the training run of each checkpoint.
 """
@@ -19,14 +19,14 @@ from typing import Any
 
 from src import study
 from src.cli import MAX_RESAMPLES, OneLineArgumentParser, bounded_int, optional_int, seed_type, setup_logging
+from src.config.params import lookup
 from src.data.schema import read_records
 from src.data.splits import subset_by_id
 from src.finetune.mlflow_logging import find_training_run
 from src.finetune.models import MODEL_SPECS
 from src.finetune.predict import TokenClassifier
-from src.params import lookup
 from src.scoring.evaluate import InstanceOutput
-from src.scoring.runner import (
+from src.tracking.evaluation import (
     DatasetPlan,
     RunRecord,
     ScoringOptions,
@@ -34,7 +34,7 @@ from src.scoring.runner import (
     evaluate_configuration,
     write_summary,
 )
-from src.tracking import data_version, default_experiment, git_commit, log_json_artifact
+from src.tracking.store import data_version, default_experiment, git_commit, log_json_artifact
 
 log = logging.getLogger("src.finetune.evaluate")
 
@@ -160,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", default=None, help="the sweep profile (its MLflow parent run); set by dvc.yaml")
     parser.add_argument("--summary", type=Path, default=None, help="write the DVC-tracked metrics summary here")
     parser.add_argument(
-        "--evidence", type=Path, default=None, help="write the run's evidence folder here (src/evidence.py)"
+        "--evidence", type=Path, default=None, help="write the run's evidence folder here (src/tracking/evidence.py)"
     )
     args = parser.parse_args(argv)
     args.prepared = args.prepared or Path(lookup("paths.prepared"))

@@ -2,7 +2,7 @@
 finished model's parameters, metrics, tags and weights digest.
 
 Every tracked run is one MLflow run named ``{model}-{task}-train`` (tag ``kind=training``) in the
-project's store (:func:`src.tracking.tracking_uri`), tagged with the checkpoint's weights hash
+project's store (:func:`src.tracking.store.tracking_uri`), tagged with the checkpoint's weights hash
 (``weights_sha256``). The evaluation run finds its training run by that hash
 (:func:`find_training_run`): nothing in the checkpoint folder, a DVC output, names a run, a
 store or a machine path, so the folder's bytes do not change from one training to the next.
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from src.finetune.train_config import TrainConfig
-from src.tracking import default_experiment
+from src.tracking.store import default_experiment
 
 SUMMARY_FILE = "training_summary.json"
 RUN_FILE = "training_run.json"  # the run link older versions wrote into the checkpoint: no longer written
@@ -70,7 +70,7 @@ def training_run(config: TrainConfig, run_name: str, experiment: str, tracking_u
         return
     import mlflow
 
-    from src.tracking import start_experiment
+    from src.tracking.store import start_experiment
 
     start_experiment(experiment, tracking_uri)
     active = mlflow.start_run(run_name=run_name)
@@ -91,7 +91,7 @@ def log_training(summary: dict[str, Any], config: TrainConfig, out: Path, data_f
     the active run; the tag ``weights_sha256`` is what :func:`find_training_run` looks up."""
     import mlflow
 
-    from src.tracking import data_version, git_commit
+    from src.tracking.store import data_version, git_commit
 
     digest = weights_digest(out)
     version = data_version([Path(p) for p in data_files]) if data_files else "unknown"
@@ -152,7 +152,7 @@ def find_training_run(
     holds none (a pulled checkpoint whose runs were not restored, an untracked training)."""
     from mlflow.tracking import MlflowClient
 
-    from src.tracking import tracking_uri as resolve_uri
+    from src.tracking.store import tracking_uri as resolve_uri
 
     digest = weights_digest(checkpoint)
     client = MlflowClient(tracking_uri=resolve_uri(tracking_uri))

@@ -19,7 +19,7 @@ it. Its bytes depend only on code, data, params and seed, so a second training (
 machine's ``dvc repro`` of the same lock included) writes the same files: no timing, run id,
 local path or the Trainer's ``training_args.bin`` (it pickles a dated, host-named logging
 folder) is kept there. Every tracked run is one MLflow run named ``{model}-{task}-train`` (tag
-``kind=training``) in the project's store (:func:`src.tracking.tracking_uri`): hyperparameters
+``kind=training``) in the project's store (:func:`src.tracking.store.tracking_uri`): hyperparameters
 and data version as params, loss and validation metrics per logging/evaluation step, training
 time, checkpoint path and weights hash (tag ``weights_sha256``, by which the evaluation run
 finds it: :func:`src.finetune.mlflow_logging.find_training_run`).
@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from src.cli import optional_int, setup_logging
+from src.config.params import PARAMS_FILE
 from src.data.schema import Record, read_records
 from src.finetune.bio import span_label_for_task, tag_set
 from src.finetune.calibration import calibrate_outside_bias
@@ -63,7 +64,6 @@ from src.finetune.mlflow_logging import (
 )
 from src.finetune.predict import model_window, save_label_map
 from src.finetune.train_config import TrainConfig, load_config, parse_overrides, schedule
-from src.params import PARAMS_FILE
 from src.study import TOKEN_CLASSIFIER_TASKS
 
 logger = logging.getLogger(__name__)
@@ -90,7 +90,7 @@ def train_classifier(
 
     With ``report_to: mlflow`` the training is one MLflow run (``run_name``, tag
     ``kind=training``, the weights hash as tag ``weights_sha256``) in ``tracking_uri``
-    (default: :func:`src.tracking.tracking_uri`), whose id the summary returns as
+    (default: :func:`src.tracking.store.tracking_uri`), whose id the summary returns as
     ``mlflow_run_id``; ``data_files`` give the data version.
     """
     out = Path(out_dir)

@@ -13,11 +13,12 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
+from src.config.locate import conf_dir
 from src.study import REASONING_PARTS, STRATEGY_ORDER
 
 from .strategies import get_strategy
 
-STRATEGY_DIR = Path(__file__).resolve().parents[2] / "conf" / "strategy"
+STRATEGY_DIR = conf_dir("strategy")
 
 
 def strategy_file_text(name: str) -> str:

@@ -3,7 +3,7 @@
 * :func:`f1_grid`: F1 and its bootstrap interval, rows grouped by model then strategy (the
   runs' order), columns by task then dimension (base first);
 * :func:`quality_flags`: cells where parse failures, truncated answers, empty answers or
-  served-model mismatches exceed ``warn_rate`` (the run-side rule of :mod:`src.verdict`);
+  served-model mismatches exceed ``warn_rate`` (the run-side rule of :mod:`src.runs.verdict`);
 * :func:`generalization_gap`: shifted-set F1 minus base F1 per configuration, each with a
   bootstrap test (paired when both sets hold the same instance ids, two-sample otherwise)
   and the analysis's multiple-comparison correction over all gap cells;
@@ -22,10 +22,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from src.config.locate import conf_dir
 from src.report import rq
+from src.runs.verdict import WATCHED
 from src.scoring.stats import bootstrap_f1, observed_f1, p_better, resample_counts, two_sided
 from src.study import TASK_ORDER
-from src.verdict import WATCHED
 
 if TYPE_CHECKING:
     from src.report.analysis import Analysis
@@ -41,7 +42,7 @@ def warn_rate(config: Path | None = None) -> float:
     """``warn_rate`` of conf/config.yaml (the run's verdict threshold), :data:`DEFAULT_WARN_RATE` without one."""
     import yaml
 
-    path = config or Path(__file__).resolve().parents[2] / "conf" / "config.yaml"
+    path = config or conf_dir("config.yaml")
     try:
         value = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("warn_rate", DEFAULT_WARN_RATE)
         value = float(value)

@@ -8,7 +8,7 @@ configuration keeps the instance ids it was scored on; a pair of configurations 
 compared on the ids both share (``src.report.rq.comparison_sets``).
 
 Where a configuration's evidence folder exists (``--evidence``: the DVC output of its stage,
-:mod:`src.evidence`) the run is read from it instead of the store, so a clone that pulled the
+:mod:`src.tracking.evidence`) the run is read from it instead of the store, so a clone that pulled the
 study re-runs the analysis with an empty MLflow store; the folder must name the summary's run.
 :func:`load_hand_runs` reads runs chosen by hand (ids, or an experiment's newest runs) instead.
 """
@@ -26,7 +26,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from src.evidence import folder_for_summary, read_evidence
 from src.redact import redact_uris
 from src.report.provenance import (
     Summary,
@@ -41,6 +40,7 @@ from src.report.provenance import (
 )
 from src.scoring.metrics import MATCH_CLASSES
 from src.study import DATASET_ORDER, FINETUNED, PRIMARY_METRIC, RUN_KINDS, STRATEGY_ORDER, TASK_ORDER
+from src.tracking.evidence import folder_for_summary, read_evidence
 
 #: Strategies in table order, fine-tuned configurations last.
 CONFIG_STRATEGY_ORDER = (*STRATEGY_ORDER, FINETUNED)

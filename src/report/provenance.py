@@ -227,7 +227,7 @@ def split_data_version(value: str | None) -> tuple[str | None, str | None]:
 def check_data_versions(rows: Sequence[Mapping[str, Any]], scored: Mapping[str, Iterable[str]]) -> None:
     """Runs must agree on the data they were scored on, as far as ``data_version`` can tell.
 
-    A run's ``data_version`` (``src.tracking.data_version``) is the raw corpora's DVC hash
+    A run's ``data_version`` (``src.tracking.store.data_version``) is the raw corpora's DVC hash
     plus one digest over all the dataset files the run read together. So: every run must
     have the same raw part, and runs scored on exactly the same ``task/dataset`` keys must
     have the same digest. Runs scored on different sets of datasets cannot be compared

@@ -33,8 +33,8 @@ from src.report.prose import (
     top_label_sentences,
 )
 from src.report.tables import compact_table, configurations_table, markdown_table
+from src.runs.verdict import WATCHED
 from src.study import PRIMARY_SCORER, TASK_ORDER
-from src.verdict import WATCHED
 
 if TYPE_CHECKING:
     from src.report.analysis import Analysis

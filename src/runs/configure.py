@@ -21,13 +21,7 @@ from src.billing.meter import Meter
 from src.billing.plan import plan_configuration
 from src.billing.prices import model_price, token_counter
 from src.cli import optional_int
-from src.data.schema import Record, read_records
-from src.data.splits import subset_by_id
-from src.data.text import words
-from src.errors import ConfigError
-from src.prompts import PromptOptions, Strategy, strategy_from_config
-from src.prompts.answer_schema import ANSWER_FORMATS, PROMPT_FORMS
-from src.run_checks import (
+from src.config.checks import (
     check_rate,
     check_seconds,
     check_seed,
@@ -35,9 +29,15 @@ from src.run_checks import (
     name_list,
     positive_count,
 )
+from src.config.errors import ConfigError
+from src.data.schema import Record, read_records
+from src.data.splits import subset_by_id
+from src.data.text import words
+from src.prompts import PromptOptions, Strategy, strategy_from_config
+from src.prompts.answer_schema import ANSWER_FORMATS, PROMPT_FORMS
 from src.runs.prompted import PromptedSystem
-from src.scoring.runner import DatasetPlan, RunRecord
-from src.tracking import data_version, git_commit
+from src.tracking.evaluation import DatasetPlan, RunRecord
+from src.tracking.store import data_version, git_commit
 
 log = logging.getLogger(__name__)
 

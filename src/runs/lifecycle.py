@@ -3,12 +3,12 @@
 The run plans what it will send (:func:`src.runs.configure.plan_of`), reserves the plan's
 ceiling in its budget ledger (:mod:`src.billing.ledger`; a plan past a cap is one ``error:
 budget: ...`` line, exit 2, before any request), evaluates through the one evaluation runner
-(:mod:`src.scoring.runner`), and settles the ledger to what it really spent whatever happens
+(:mod:`src.tracking.evaluation`), and settles the ledger to what it really spent whatever happens
 (finished, failed, Ctrl-C, SIGTERM). Ctrl-C or SIGTERM ends the run FAILED with one line
 (``interrupted: N of M answers cached; ...``) and exit code 130 / 143; a store that fails
 mid-run marks the run FAILED after a bounded wait, exit code 1. The run ends with its verdict:
 F1 per dataset, what it spent against its plan, and a warning naming the datasets whose answers
-are not to trust (:mod:`src.verdict`).
+are not to trust (:mod:`src.runs.verdict`).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from src.billing.ledger import reserve, spent, usd
 from src.billing.usage import spend_line
-from src.errors import ConfigError
-from src.run_checks import check_rate
+from src.config.checks import check_rate
+from src.config.errors import ConfigError
 from src.runs.configure import (
     budget_from_config,
     check_config,
@@ -33,7 +33,8 @@ from src.runs.configure import (
     run_record,
 )
 from src.runs.prompted import PromptedSystem
-from src.scoring.runner import (
+from src.runs.verdict import run_verdict
+from src.tracking.evaluation import (
     DatasetPlan,
     ScoringOptions,
     evaluate_configuration,
@@ -41,7 +42,7 @@ from src.scoring.runner import (
     run_usage,
     write_summary,
 )
-from src.store_health import (
+from src.tracking.health import (
     StoreUnusable,
     check_store,
     close_own_runs,
@@ -50,8 +51,13 @@ from src.store_health import (
     quiet_store_tracebacks,
     shown,
 )
-from src.tracking import StoreError, config_secrets, log_json_artifact, redact, tracking_uri as resolve_tracking_uri
-from src.verdict import run_verdict
+from src.tracking.store import (
+    StoreError,
+    config_secrets,
+    log_json_artifact,
+    redact,
+    tracking_uri as resolve_tracking_uri,
+)
 
 log = logging.getLogger("src.run")
 #: Client libraries that log every HTTP request at INFO: a paper-scale run would print 281,000 lines.

@@ -2,7 +2,7 @@
 
 It builds each record's request (the strategy's prompt parts, the generation budget), generates
 every dataset in one cached backend call, counts what was sent and spent
-(:mod:`src.billing.usage`), logs per dataset what the answers were (:mod:`src.answer_record`)
+(:mod:`src.billing.usage`), logs per dataset what the answers were (:mod:`src.runs.answers`)
 and parses them. A refusal is the model's answer: no spans, not a parse failure, counted as
 ``refusal_rate``.
 """
@@ -24,7 +24,7 @@ from src.cli import optional_int
 from src.data.schema import Record, read_records
 from src.prompts import PromptOptions, Strategy, build_request_parts, select_exemplars
 from src.scoring.evaluate import InstanceOutput
-from src.scoring.runner import DatasetPlan, SystemOutput
+from src.tracking.evaluation import DatasetPlan, SystemOutput
 
 log = logging.getLogger(__name__)
 
@@ -160,8 +160,8 @@ class PromptedSystem:
         return dataset_usage(results, self.price, self._counted, lambda request: request_key(self.backend, request))
 
     def produce(self, plan: DatasetPlan) -> SystemOutput:
-        from src.answer_record import log_answer_record
         from src.prompts.parsing import parse_answer
+        from src.runs.answers import log_answer_record
 
         results = self._prepared.pop((plan.task, plan.dataset), None)
         if results is None:

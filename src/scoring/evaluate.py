@@ -181,7 +181,7 @@ def log_evaluation(evaluation: DatasetEvaluation, secrets: tuple[str, ...] = ())
     """Log metrics and the ``predictions/`` and ``bootstrap/`` artifacts to the active MLflow run."""
     import mlflow
 
-    from src.tracking import log_json_artifact, log_jsonl_artifact
+    from src.tracking.store import log_json_artifact, log_jsonl_artifact
 
     mlflow.log_metrics(evaluation.metrics())
     where = f"{evaluation.task}/{evaluation.dataset}"

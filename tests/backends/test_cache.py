@@ -234,7 +234,7 @@ import sys
 from src.backends.base import ChatRequest
 from src.backends.cache import CachedBackend, ResponseCache
 from src.backends.openai_backend import OpenAIBackend
-backend = OpenAIBackend(model_id="m", base_url="{server.base_url}", max_concurrency=2, api_key_env="")
+backend = OpenAIBackend(model_id="m", base_url="{server.base_url}", max_concurrency=2, api_key_env=None)
 requests = [ChatRequest((("user", f"item {{i}}"),), request_id=str(i)) for i in range({total})]
 CachedBackend(backend, ResponseCache(sys.argv[1])).generate(requests)
 """
@@ -249,7 +249,7 @@ CachedBackend(backend, ResponseCache(sys.argv[1])).generate(requests)
         assert 6 <= stored < total
         first_run_requests = server.request_count
         monkeypatch.delenv("OPENROUTER_API_KEY", raising=False)
-        backend = OpenAIBackend(model_id="m", base_url=server.base_url, max_concurrency=8, api_key_env="")
+        backend = OpenAIBackend(model_id="m", base_url=server.base_url, max_concurrency=8, api_key_env=None)
         requests = [ChatRequest((("user", f"item {i}"),), request_id=str(i)) for i in range(total)]
         results = CachedBackend(backend, ResponseCache(tmp_path)).generate(requests)
         assert server.request_count - first_run_requests == total - stored

@@ -39,6 +39,7 @@ def make_backend(server, monkeypatch):
             api_key_env=KEY_ENV,
             max_concurrency=8,
             timeout_s=5.0,
+            min_tokens_per_s=None,  # timeout_s alone
             max_retries=3,
             backoff_base_s=0.01,
             backoff_max_s=0.05,
@@ -366,7 +367,7 @@ def test_a_mismatch_warns_once_by_default_and_fails_uncached_with_fail(tmp_path,
 def test_credentials_in_the_base_url_are_never_shown(make_backend, monkeypatch):
     with OpenAIServer() as running:
         host = running.base_url.split("//")[1]
-        backend = make_backend(base_url=f"http://alice:s3cr3t-TOKEN@{host}", api_key_env="")
+        backend = make_backend(base_url=f"http://alice:s3cr3t-TOKEN@{host}", api_key_env=None)
         assert "s3cr3t-TOKEN" not in repr(backend) and "alice" not in repr(backend)
         assert backend.cache_identity()["base_url"] == running.base_url
         running.inject(None, status=401, times=None)

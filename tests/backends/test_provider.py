@@ -3,7 +3,6 @@ default, so overrides of ``model.options.*`` need no ``+`` or ``++``."""
 
 from __future__ import annotations
 
-import inspect
 from pathlib import Path
 
 import pytest
@@ -11,24 +10,15 @@ import yaml
 from hydra import compose, initialize_config_dir
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from omegaconf import OmegaConf
 
 from src.backends.endpoint import EndpointError, resolve_endpoint
-from src.backends.openai_backend import OpenAIBackend
-from src.params import register_resolver
-from src.run_checks import ConfigError, endpoint_of
+from src.config.checks import ConfigError, endpoint_of
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 API_MODELS = sorted(
     path.stem for path in (CONF / "model").glob("*.yaml") if yaml.safe_load(path.read_text())["backend"] == "openai"
 )
-#: Keywords of OpenAIBackend that are not options: the model file's own top-level field, and a
-#: switch that test_model_configs keeps out of option names holding "key".
-NOT_OPTIONS = {"self", "model_id", "require_api_key"}
-#: Declared defaults that differ from the keyword's on purpose: runs wait for slow answers
-#: (the backend used directly keeps timeout_s alone).
-RUN_DEFAULTS = {"min_tokens_per_s": 10.0}
-
-register_resolver()
 
 
 def _compose(*overrides: str):
@@ -80,14 +70,17 @@ def test_a_model_the_provider_does_not_name_is_one_line_naming_both():
     assert resolve_endpoint(other, {**PROVIDER, "model_ids": None})[0] == MODEL["model_id"]
 
 
-def test_every_backend_keyword_has_a_declared_default_and_nothing_else_is_declared():
-    declared = yaml.safe_load((CONF / "backend_options" / "openai.yaml").read_text())
-    parameters = inspect.signature(OpenAIBackend.__init__).parameters
-    assert set(declared) == set(parameters) - NOT_OPTIONS
-    for name, value in declared.items():
-        default = parameters[name].default
-        expected = RUN_DEFAULTS.get(name, {} if default is None and isinstance(value, dict) else default)
-        assert value == expected, name
+def test_every_api_model_composes_to_valid_backend_options_at_their_one_default():
+    """The defaults live in OpenAIOptions only; Hydra merges them under each model file's options."""
+    from src.backends.options import OpenAIOptions
+
+    defaults = OpenAIOptions().as_dict()
+    for model in API_MODELS:
+        options = _compose(f"model={model}").model.options
+        composed = OmegaConf.to_container(options, resolve=True)
+        assert set(composed) == set(defaults), model
+        built = OpenAIOptions.from_mapping(composed)
+        assert built.max_concurrency == defaults["max_concurrency"] and built.mode == "sync", model
 
 
 @pytest.mark.parametrize("provider", ["vllm", "custom", "openrouter"])
@@ -178,7 +171,7 @@ def test_bad_option_values_are_one_line(override, message):
 
 
 def test_an_unknown_provider_is_one_line_listing_the_choices():
-    from src.run_checks import unknown_choice_error
+    from src.config.checks import unknown_choice_error
 
     assert (
         unknown_choice_error(["provider=vlm"])

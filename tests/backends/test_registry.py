@@ -25,8 +25,10 @@ def test_creates_registered_backend(monkeypatch):
 def test_unknown_name_and_option_are_clear_errors():
     with pytest.raises(ValueError, match="unknown backend 'no-such-backend'.*openai"):
         create_backend("no-such-backend", model_id="x")
-    with pytest.raises(ValueError, match=r"unknown options \['temprature'\]"):
+    with pytest.raises(ValueError, match=r"model.options.temprature: no such option of the openai backend"):
         create_backend("openai", model_id="x", base_url="http://127.0.0.1:1/v1", temprature=0)
+    with pytest.raises(ValueError, match=r"unknown options \['temprature'\]"):
+        create_backend("llamacpp", model_id="x", temprature=0)
 
 
 def test_registry_entries_keep_the_contract():

@@ -12,8 +12,8 @@ from src.backends.base import ChatRequest
 from src.backends.endpoint import resolve_endpoint
 from src.backends.openai_backend import OpenAIBackend
 from src.backends.routing import checked_routing, provider_mismatch
-from src.cache_run import compose_config
-from src.run_checks import endpoint_of
+from src.config.checks import endpoint_of
+from src.runs.offline import compose_config
 from tests.helpers.openai_server import OpenAIServer, quoted_words_answer
 from tests.helpers.paths import REPO_ROOT
 

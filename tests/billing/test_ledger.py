@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from src.billing.ledger import Budget, read_ledger, reserve, spent, stale_reason
-from src.errors import ConfigError
+from src.config.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 

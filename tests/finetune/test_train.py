@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 import yaml
 
+from src.config.params import PARAMS_FILE, load_params
 from src.data.schema import write_records
 from src.finetune.align import EncodedSentence
 from src.finetune.hf_trainer import make_compute_metrics
 from src.finetune.train_config import TrainConfig, load_config, make_config, parse_overrides, schedule
-from src.params import PARAMS_FILE, load_params
 from tests.helpers.finetune_data import LOCAL, make_synthetic_records, project_block, train_config
 
 PREPARED = PARAMS_FILE.parent / "data" / "prepared"
@@ -383,7 +383,7 @@ def test_a_training_run_lands_in_mlflow_with_params_metrics_and_the_weights_hash
 
     monkeypatch.chdir(tmp_path)  # an sqlite store outside mlruns/ puts artifacts under ./mlruns
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)  # the store src.tracking.tracking_uri() picks
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)  # the store src.tracking.store.tracking_uri() picks
     records = make_synthetic_records(40, seed=4)
     write_records(tmp_path / "train.jsonl", records[:32])
     write_records(tmp_path / "val.jsonl", records[32:])

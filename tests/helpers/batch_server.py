@@ -3,8 +3,8 @@
 :class:`BatchServer` is an :class:`~tests.helpers.openai_server.OpenAIServer` (the synchronous
 endpoints stay, so a client can fall back to them) that also serves:
 
-* ``POST /v1/files`` (multipart: ``purpose=batch``, ``file``: JSONL request lines) and
-  ``GET /v1/files/{id}/content``;
+* ``POST /v1/files`` (multipart: ``purpose=batch``, ``file``: JSONL request lines),
+  ``GET /v1/files/{id}`` and ``GET /v1/files/{id}/content``;
 * ``POST /v1/batches`` (``input_file_id``, ``endpoint``, ``completion_window``, ``metadata``),
   ``GET /v1/batches/{id}``, ``GET /v1/batches`` and ``POST /v1/batches/{id}/cancel``;
 * OpenRouter's dialect on the same paths: ``POST /v1/batches`` with ``endpoint``, ``model`` (a
@@ -15,8 +15,10 @@ endpoints stay, so a client can fall back to them) that also serves:
 A batch completes at its ``polls_to_complete``-th poll (never while the server is
 :meth:`held <hold>`). Each line is answered as the synchronous endpoint answers it: the drawn,
 doomed and injected reply kinds of the fault server apply (a batch output line can carry a null
-content or a refusal), and billed lines are billed as synchronous replies are, at
-``batch_discount`` of the price; output bodies carry no ``usage.cost`` (OpenAI's do not).
+content or a refusal; a kind that bills nothing, such as ``500`` or ``html``, becomes an error
+line), and billed lines are billed as synchronous replies are (``billed``, ``billed_cost``,
+``billed_by_prompt``, and ``batch_billed`` apart), at ``batch_discount`` of the price; output
+bodies carry no ``usage.cost`` unless ``batch_report_cost`` (OpenAI's do not).
 Faults of the batch itself: :meth:`fail_in_batch` (lines with a marker go to the error file
 with an HTTP status), :meth:`expire_next` and :meth:`cancel_next` (the next batch to complete
 expires or is cancelled with only its first ``done`` lines answered, the others in the error
@@ -56,6 +58,8 @@ from tests.helpers.openai_server import (
 ACTIVE = ("validating", "in_progress", "finalizing", "cancelling")
 EXPIRED_MESSAGE = "This request could not be executed before the completion window expired."
 CANCELLED_MESSAGE = "This request was not executed because the batch was cancelled."
+#: The status of the error line a reply kind that bills nothing becomes in a batch (others: 500).
+LINE_STATUS = {"429": 429, "429_retry_after": 429, "retry_after_date": 429, "error_object": 502}
 
 
 @dataclass
@@ -102,13 +106,21 @@ class BatchServer(OpenAIServer):
     """The fault server plus the Batch API (see the module docstring)."""
 
     def __init__(
-        self, *args, polls_to_complete: int = 2, batch_discount: float = 0.5, page_size: int = 4, **kwargs
+        self,
+        *args,
+        polls_to_complete: int = 2,
+        batch_discount: float = 0.5,
+        batch_report_cost: bool = False,
+        page_size: int = 4,
+        **kwargs,
     ) -> None:
         super().__init__(*args, **kwargs)
         self.polls_to_complete = polls_to_complete
         self.page_size = page_size
         self.batch_discount = batch_discount
+        self.batch_report_cost = batch_report_cost  # OpenAI's batch output bodies carry no usage.cost
         self.files: dict[str, tuple[str, bytes]] = {}  # id -> (purpose, content)
+        self.file_objects: dict[str, dict] = {}  # id -> the file object the API returns
         self.batches: dict[str, Batch] = {}
         self.uploads: list[tuple[str, int]] = []
         self.created: list[str] = []
@@ -127,10 +139,13 @@ class BatchServer(OpenAIServer):
     # ----- controls ------------------------------------------------------------------------------
 
     def hold(self) -> None:
-        self._held = True
+        """Keep every batch in progress (polls still count) until :meth:`release`."""
+        with self._batch_lock:
+            self._held = True
 
     def release(self) -> None:
-        self._held = False
+        with self._batch_lock:
+            self._held = False
 
     def fail_in_batch(self, marker: str, status: int = 500, times: int | None = None) -> None:
         """Lines whose prompt has ``marker`` go to the error file with ``status`` (``times`` lines; None: all)."""
@@ -138,13 +153,19 @@ class BatchServer(OpenAIServer):
             self._line_faults.append(Fault(marker, status, times))
 
     def expire_next(self, done: int) -> None:
-        self._next_end = ("expired", done)
+        """The next batch to complete expires instead, with only its first ``done`` lines answered."""
+        with self._batch_lock:
+            self._next_end = ("expired", done)
 
     def cancel_next(self, done: int) -> None:
-        self._next_end = ("cancelled", done)
+        """The next batch to complete is cancelled by the provider, with its first ``done`` lines answered."""
+        with self._batch_lock:
+            self._next_end = ("cancelled", done)
 
     def fail_next_validation(self) -> None:
-        self._fail_validation = True
+        """The next batch created fails validation: ``failed`` with an ``errors`` object, no output."""
+        with self._batch_lock:
+            self._fail_validation = True
 
     # ----- the API -------------------------------------------------------------------------------
 
@@ -153,19 +174,23 @@ class BatchServer(OpenAIServer):
             self._ids += 1
             return f"{prefix}-{self._ids:04d}"
 
-    def upload(self, purpose: str, content: bytes) -> dict:
+    def upload(self, purpose: str, content: bytes, filename: str = "input.jsonl") -> dict:
         file_id = self._new_id("file")
         with self._batch_lock:
-            self.files[file_id] = (purpose, content)
             self.uploads.append((file_id, len([line for line in content.splitlines() if line.strip()])))
-        return {
+            return self._keep(file_id, purpose, content, filename)
+
+    def _keep(self, file_id: str, purpose: str, content: bytes, filename: str) -> dict:
+        self.files[file_id] = (purpose, content)
+        self.file_objects[file_id] = {
             "id": file_id,
             "object": "file",
             "bytes": len(content),
             "created_at": int(time.time()),
-            "filename": "input.jsonl",
+            "filename": filename,
             "purpose": purpose,
         }
+        return self.file_objects[file_id]
 
     def create(self, request: dict) -> tuple[int, dict]:
         if "requests" in request:
@@ -173,7 +198,13 @@ class BatchServer(OpenAIServer):
         file_id = request.get("input_file_id")
         if file_id not in self.files:
             return 404, {"error": {"message": f"No such File object: {file_id}", "type": "invalid_request_error"}}
-        lines = [json.loads(line) for line in self.files[file_id][1].splitlines() if line.strip()]
+        lines = []
+        for line in self.files[file_id][1].splitlines():
+            if line.strip():
+                try:
+                    lines.append(json.loads(line))
+                except ValueError:
+                    lines.append({"unparsable": line.decode("utf-8", "replace")})
         return self._create(file_id, request, lines)
 
     def _create_inline(self, request: dict) -> tuple[int, dict]:
@@ -223,6 +254,9 @@ class BatchServer(OpenAIServer):
     def _validation_problems(batch: Batch) -> list[dict]:
         problems, seen = [], set()
         for number, line in enumerate(batch.lines, 1):
+            if "unparsable" in line:
+                problems.append({"code": "invalid_json_line", "message": "this line is not JSON", "line": number})
+                continue
             custom_id = line.get("custom_id")
             if custom_id in seen:
                 problems.append(
@@ -284,13 +318,14 @@ class BatchServer(OpenAIServer):
 
     def results_page(self, batch_id: str, cursor: str | None) -> tuple[int, dict]:
         """OpenRouter's results: output and error lines together, ``page_size`` a page."""
-        batch = self.batches.get(batch_id)
-        if batch is None or batch.status in ACTIVE:
-            return 404, {"error": {"message": f"no results for {batch_id} yet"}}
-        items = []
-        for file_id in (batch.output_file_id, batch.error_file_id):
-            if file_id:
-                items += [json.loads(line) for line in self.files[file_id][1].splitlines() if line.strip()]
+        with self._batch_lock:
+            batch = self.batches.get(batch_id)
+            if batch is None or batch.status in ACTIVE:
+                return 404, {"error": {"message": f"no results for {batch_id} yet"}}
+            items = []
+            for file_id in (batch.output_file_id, batch.error_file_id):
+                if file_id:
+                    items += [json.loads(line) for line in self.files[file_id][1].splitlines() if line.strip()]
         start = int(cursor or 0)
         page = items[start : start + self.page_size]
         more = start + self.page_size < len(items)
@@ -303,44 +338,64 @@ class BatchServer(OpenAIServer):
 
     def _store(self, items: list[dict]) -> str:
         file_id = self._new_id("file")
-        self.files[file_id] = ("batch_output", ("\n".join(json.dumps(i) for i in items) + "\n").encode())
+        content = ("\n".join(json.dumps(i) for i in items) + "\n").encode()
+        self._keep(file_id, "batch_output", content, f"{file_id}.jsonl")
         return file_id
 
     def _answer_line(self, line: dict) -> tuple[dict, bool]:
-        """(the output or error line for one request line, whether it failed)."""
+        """(the output or error line for one request line, whether it failed).
+
+        The line meets what a synchronous request would: an :meth:`inject`-ed status becomes an
+        error line with that status (a 200 with a JSON ``body``: that body, unbilled), a reply kind
+        that bills goes to the output file in its JSON shape (``stream_body`` and ``slow_drip``: the
+        plain answer), and one that does not (transport faults, ``html``, ``error_object``) becomes
+        an error line: 429 for the rate limits, 502 for ``error_object``, 500 for the rest."""
         body = line.get("body") or {}
         for fault in self._line_faults:
             if fault.matches(body) and (fault.times is None or fault.times > 0):
                 if fault.times is not None:
                     fault.times -= 1
-                response = {"status_code": fault.status, "request_id": self._new_id("req"),
-                            "body": {"error": {"message": "injected batch line failure", "type": "server_error"}}}  # fmt: skip
-                return self._error_line(line, response, None), True
+                error = {"error": {"message": "injected batch line failure", "type": "server_error"}}
+                return self._error_line(line, self._response(fault.status, error), None), True
+        prompt = last_user_message(body)
         injected = self._admit(body, "")
-        kind = injected if isinstance(injected, str) else None
-        answer = self.completion(body)
-        text = _text_of(answer)
-        usage = billed_usage(self, kind, body, text)
-        usage["cost"] = round(usage["cost"] * self.batch_discount, 12)
-        shown = {k: v for k, v in usage.items() if k != "cost"}
-        reply = json_reply(kind, {**answer, "usage": shown}, text) if kind else {**answer, "usage": shown}
-        if kind is None or kind in BILLED_KINDS:
-            self.bill(usage, kind if kind == "no_usage" else "no_cost")  # batch bodies show no cost
+        status = 200
+        try:
+            if isinstance(injected, Fault) and injected.status:
+                try:
+                    payload = json.loads(injected.body)
+                except ValueError:
+                    payload = None
+                readable = isinstance(payload, dict)
+                if not readable:
+                    payload = {"error": {"message": injected.body, "type": "server_error"}}
+                status = injected.status if readable or injected.status != 200 else 500
+                return self._error_line(line, self._response(status, payload), None), status != 200
+            kind = injected if isinstance(injected, str) else None
+            if kind is not None and kind not in BILLED_KINDS:
+                status = LINE_STATUS.get(kind, 500)
+                error = {"error": {"message": f"upstream failure ({kind})", "type": "server_error"}}
+                return self._error_line(line, self._response(status, error), None), True
+            answer = self.completion(body)
+            text = _text_of(answer)
+            usage = billed_usage(self, kind, body, text)
+            usage["cost"] = round(usage["cost"] * self.batch_discount, 12)
+            shown = {k: v for k, v in usage.items() if k != "cost" or self.batch_report_cost}
+            reply = json_reply(kind, {**answer, "usage": shown}, text) if kind else {**answer, "usage": shown}
+            shows_cost = self.batch_report_cost and kind not in ("no_usage", "no_cost")
+            self.bill(usage, kind if kind == "no_usage" or shows_cost else "no_cost", prompt)
             with self._lock:
                 self.batch_billed["responses"] += 1
                 self.batch_billed["prompt_tokens"] += usage["prompt_tokens"]
                 self.batch_billed["completion_tokens"] += usage["completion_tokens"]
-        if kind is None or kind in READABLE_KINDS:
-            self._answered(last_user_message(body))
-        self._leave(200)
-        status = 200 if "error" not in reply else 500
-        response = {"status_code": status, "request_id": self._new_id("req"), "body": reply}
-        return {
-            "id": self._new_id("batch_req"),
-            "custom_id": line.get("custom_id"),
-            "response": response,
-            "error": None,
-        }, False
+            if kind is None or kind in READABLE_KINDS:
+                self._answered(prompt)
+            return self._error_line(line, self._response(200, reply), None), False
+        finally:
+            self._leave(status)
+
+    def _response(self, status: int, body: dict) -> dict:
+        return {"status_code": status, "request_id": self._new_id("req"), "body": body}
 
     def _error_line(self, line: dict, response: dict | None, error: dict | None) -> dict:
         return {
@@ -358,15 +413,18 @@ class BatchServer(OpenAIServer):
                 "polls": dict(self.polls),
                 "batch_lines": dict(self.batch_lines),
                 "billed": dict(self.billed),
+                "billed_cost": self.billed_cost,
                 "requests": self.request_count,
             }
 
 
-def _multipart(content_type: str, data: bytes) -> dict[str, bytes]:
-    """The fields of a multipart/form-data body."""
+def _multipart(content_type: str, data: bytes) -> dict[str, tuple[bytes, str | None]]:
+    """The fields of a multipart/form-data body: name -> (content, filename)."""
     message = BytesParser(policy=policy.default).parsebytes(f"Content-Type: {content_type}\r\n\r\n".encode() + data)
+    if not message.is_multipart():
+        return {}
     return {
-        part.get_param("name", header="content-disposition"): part.get_payload(decode=True)
+        part.get_param("name", header="content-disposition"): (part.get_payload(decode=True), part.get_filename())
         for part in message.iter_parts()
     }
 
@@ -397,7 +455,13 @@ def _batch_handler_for(server: BatchServer):
                 if stored is None:
                     self._json(404, {"error": {"message": f"No such File object: {parts[-2]}"}})
                 else:
-                    self._send(200, stored[1].decode(), content_type="application/octet-stream")
+                    self._send(200, "", content_type="application/octet-stream", raw=stored[1])
+            elif len(parts) >= 2 and parts[-2] == "files":
+                found = server.file_objects.get(parts[-1])
+                if found is None:
+                    self._json(404, {"error": {"message": f"No such File object: {parts[-1]}"}})
+                else:
+                    self._json(200, found)
             else:
                 super().do_GET()
 
@@ -409,13 +473,19 @@ def _batch_handler_for(server: BatchServer):
             data = self.rfile.read(int(self.headers.get("Content-Length") or 0))
             if path.endswith("/files"):
                 fields = _multipart(self.headers.get("Content-Type", ""), data)
-                purpose = (fields.get("purpose") or b"").decode()
+                purpose = (fields.get("purpose") or (b"", None))[0].decode()
                 if purpose != "batch" or "file" not in fields:
                     self._json(400, {"error": {"message": "purpose must be batch and a file is required"}})
                 else:
-                    self._json(200, server.upload(purpose, fields["file"]))
+                    content, filename = fields["file"]
+                    self._json(200, server.upload(purpose, content, filename or "input.jsonl"))
             elif path.endswith("/batches"):
-                self._json(*server.create(json.loads(data or b"{}")))
+                try:
+                    request = json.loads(data or b"{}")
+                except ValueError:
+                    self._json(400, {"error": {"message": "invalid JSON"}})
+                    return
+                self._json(*server.create(request))
             elif path.endswith("/cancel"):
                 self._json(*server.cancel(path.split("/")[-2]))
             else:

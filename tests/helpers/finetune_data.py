@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from src.config.params import PARAMS_FILE
 from src.data.schema import Record, Span, check_spans
 from src.finetune.train_config import TrainConfig, make_config
-from src.params import PARAMS_FILE
 
 # Sentences with {T} time slots; *starred* words are EVENT triggers.
 TEMPLATES = [

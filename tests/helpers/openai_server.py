@@ -24,12 +24,14 @@ that no answered prompt was asked for again.
 
 **Billing** (what a provider would charge, whatever the body shows): every 200 whose body is a
 completion the server generated, written whole, is billed at the usage the server computed
-for it, also when the body leaves ``usage`` (or its ``cost``) out: ``billed`` counts
-``responses``, ``prompt_tokens`` and ``completion_tokens``, ``billed_cost`` the cost
-(``price_in_per_token`` / ``price_out_per_token``). Not billed: error statuses, ``hang``,
-``reset``, a body cut or undecodable (``truncated``, ``truncated_json``, ``bad_gzip``,
-``slow_drip_over``), an HTML page or an ``error`` object (no completion reached the client).
-Tokens are counted with ``count_tokens`` (default: whitespace-separated words).
+for it, also when the body leaves ``usage`` (or its ``cost``) out: the Counter ``billed`` counts
+``responses``, ``prompt_tokens`` and ``completion_tokens``, the float ``billed_cost`` the cost
+(``price_in_per_token * prompt + price_out_per_token * completion``, each reply's rounded to 12
+decimals), ``billed_by_prompt`` the billed replies per prompt. Not billed: error statuses,
+``hang``, ``reset``, a body cut or undecodable (``truncated``, ``truncated_json``, ``bad_gzip``,
+``slow_drip_over``), an HTML page or an ``error`` object (no completion reached the client), a
+body the client stopped reading. Tokens are counted with ``count_tokens`` (default:
+whitespace-separated words) over the messages' contents (or the ``prompt``) and the generated text.
 
 Usage::
 
@@ -178,6 +180,9 @@ class OpenAIServer:
         when_busy: with every slot taken, ``queue`` (wait for one) or ``429`` (refuse at once).
         refuse_formats: ``response_format`` types refused with HTTP 500, as llama.cpp's server
             refuses ``json_schema``.
+        count_tokens: the server's tokenizer (text -> tokens) for the usage it reports and bills
+            (None: whitespace-separated words).
+        price_in_per_token, price_out_per_token: the prices of ``usage.cost`` and ``billed_cost``.
     """
 
     def __init__(
@@ -223,6 +228,7 @@ class OpenAIServer:
         self.price_out_per_token = price_out_per_token
         self.billed: Counter[str] = Counter()  # responses, prompt_tokens, completion_tokens
         self.billed_cost = 0.0
+        self.billed_by_prompt: Counter[str] = Counter()  # prompt -> billed replies
         self.billed_unshown: Counter[str] = Counter()
         self.billed_cost_shown = 0.0
         self.refused_formats: Counter[str] = Counter()  # response_format type -> refusals sent
@@ -318,6 +324,7 @@ class OpenAIServer:
             self.refused_formats.clear()
             self.billed.clear()
             self.billed_cost = 0.0
+            self.billed_by_prompt.clear()
             self.billed_unshown.clear()
             self.billed_cost_shown = 0.0
 
@@ -349,11 +356,13 @@ class OpenAIServer:
         usage["cost"] = round(self.price_in_per_token * prompt + self.price_out_per_token * completion, 12)
         return usage
 
-    def bill(self, usage: dict, kind: str | None = None) -> None:
-        """Record one billed reply of ``kind`` (called once its body was written whole); what the
-        body showed is counted apart: ``billed_unshown`` (tokens of replies without usage) and
-        ``billed_cost_shown`` (the cost the bodies reported)."""
+    def bill(self, usage: dict, kind: str | None = None, prompt: str | None = None) -> None:
+        """Record one billed reply of ``kind`` to ``prompt`` (called once its body was written whole);
+        what the body showed is counted apart: ``billed_unshown`` (tokens of replies without usage)
+        and ``billed_cost_shown`` (the cost the bodies reported)."""
         with self._lock:
+            if prompt is not None:
+                self.billed_by_prompt[prompt] += 1
             self.billed["responses"] += 1
             self.billed["prompt_tokens"] += usage["prompt_tokens"]
             self.billed["completion_tokens"] += usage["completion_tokens"]
@@ -509,7 +518,7 @@ def _handler_for(server: OpenAIServer) -> type[BaseHTTPRequestHandler]:
                 else:
                     reply = server.completion(body)
                     self._send(200, json.dumps(reply))
-                    server.bill(server.usage_of(body, _text_of(reply)))
+                    server.bill(server.usage_of(body, _text_of(reply)), prompt=last_user_message(body))
                     server._answered(last_user_message(body))
             except (BrokenPipeError, ConnectionResetError):
                 status = 499  # the client gave up (timeout)
@@ -527,12 +536,13 @@ def _handler_for(server: OpenAIServer) -> type[BaseHTTPRequestHandler]:
             shown = dict(billed)
             if not server.report_cost:
                 shown.pop("cost")
-            status = self._serve_kind(kind, body, {**answer, "usage": shown}, text)
-            if kind in BILLED_KINDS and status == 200:
-                server.bill(billed, kind)
+            status, whole = self._serve_kind(kind, body, {**answer, "usage": shown}, text)
+            if kind in BILLED_KINDS and status == 200 and whole:
+                server.bill(billed, kind, last_user_message(body))
             return status
 
-        def _serve_kind(self, kind: str, body: dict, answer: dict, text: str) -> int:
+        def _serve_kind(self, kind: str, body: dict, answer: dict, text: str) -> tuple[int, bool]:
+            """Send the reply of ``kind``: (the status sent, 0 for none; whether the body went out whole)."""
             if kind in ("429_retry_after", "429", "retry_after_date"):
                 headers = {}
                 if kind == "429_retry_after":
@@ -540,18 +550,19 @@ def _handler_for(server: OpenAIServer) -> type[BaseHTTPRequestHandler]:
                 elif kind == "retry_after_date":  # one second ahead, in UTC, written without a zone
                     headers["Retry-After"] = email.utils.formatdate(time.time() + 1, usegmt=True)[:-4]
                 self._send(429, '{"error": {"message": "rate limited"}}', headers)
-                return 429
+                return 429, True
             if kind == "500":
                 self._send(500, '{"error": {"message": "internal error"}}')
-                return 500
+                return 500, True
             if kind == "hang":
                 server._stopping.wait(server.hang_s)
                 self.close_connection = True
-                return 0
+                return 0, False
             if kind == "reset":
                 self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
                 self.close_connection = True
-                return 0
+                return 0, False
+            whole = True
             payload = json.dumps(answer)
             if kind == "truncated":
                 self._send(200, payload, cut_at=len(payload) // 2)
@@ -563,8 +574,8 @@ def _handler_for(server: OpenAIServer) -> type[BaseHTTPRequestHandler]:
                 self._send(200, payload, {"Content-Encoding": "gzip"}, raw=b"\x1f\x8b\x08\x00not-gzip-at-all")
             elif kind in ("slow_drip", "slow_drip_over"):
                 seconds = server.drip_s if kind == "slow_drip" else server.hang_s
-                self._drip(payload.encode("utf-8"), seconds)
-                if kind == "slow_drip":
+                whole = self._drip(payload.encode("utf-8"), seconds)
+                if kind == "slow_drip" and whole:
                     server._answered(last_user_message(body))
             elif kind == "stream_body":
                 self._send(200, _event_stream(answer, text), content_type="text/event-stream")
@@ -573,10 +584,10 @@ def _handler_for(server: OpenAIServer) -> type[BaseHTTPRequestHandler]:
                 self._send(200, json.dumps(json_reply(kind, answer, text)))
                 if kind in READABLE_KINDS:
                     server._answered(last_user_message(body))
-            return 200
+            return 200, whole
 
-        def _drip(self, data: bytes, seconds: float) -> None:
-            """Send ``data`` in ten pieces spread over ``seconds``."""
+        def _drip(self, data: bytes, seconds: float) -> bool:
+            """Send ``data`` in ten pieces spread over ``seconds``; False: the server stopped it halfway."""
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
@@ -584,9 +595,11 @@ def _handler_for(server: OpenAIServer) -> type[BaseHTTPRequestHandler]:
             step = max(1, len(data) // 10)
             for start in range(0, len(data), step):
                 if server._stopping.wait(seconds / 10):
-                    break
+                    self.close_connection = True
+                    return False
                 self.wfile.write(data[start : start + step])
                 self.wfile.flush()
+            return True
 
         def _send(
             self,
@@ -628,50 +641,61 @@ READABLE_KINDS = frozenset({"parts", "no_usage", "no_cost", "tool_calls", "strea
 
 def json_reply(kind: str, answer: dict, text: str) -> dict:
     """The JSON body of a reply of ``kind`` built from the complete ``answer`` (whose ``usage``
-    is what the server bills for it): the shapes a synchronous reply and a batch output line share."""
+    is what the server bills for it): the shapes a synchronous reply and a batch output line share.
+
+    A ``/v1/completions`` answer (its choice has ``text``) gets the same fault on ``text``;
+    ``refusal``, ``tool_calls`` and ``reasoning_only`` exist only as chat messages, so they replace
+    its ``text`` by one, and ``parts`` leaves it whole."""
     reply = json.loads(json.dumps(answer))
     choice = reply["choices"][0]
+    key = "text" if "text" in choice else "message"
+
+    def say(content: str | None, finish_reason: str | None = None) -> None:
+        choice[key] = content if key == "text" else {"role": "assistant", "content": content}
+        if finish_reason:
+            choice["finish_reason"] = finish_reason
+
+    def message(finish_reason: str, **fields) -> None:
+        choice.pop(key, None)
+        choice["message"] = {"role": "assistant", "content": None, **fields}
+        choice["finish_reason"] = finish_reason
+
     if kind == "null_content":
-        choice["message"] = {"role": "assistant", "content": None}
+        say(None)
     elif kind == "missing_message":
-        choice.pop("message", None)
+        choice.pop(key, None)
     elif kind == "empty_choices":
         reply["choices"] = []
     elif kind == "error_object":
         return {"error": {"message": "upstream provider error", "code": 502}}
     elif kind in ("empty_stop", "empty_error"):
-        choice["message"] = {"role": "assistant", "content": ""}
-        choice["finish_reason"] = "stop" if kind == "empty_stop" else "error"
-    elif kind == "parts":
+        say("", "stop" if kind == "empty_stop" else "error")
+    elif kind == "parts" and key == "message":
         half = len(text) // 2
-        choice["message"] = {
-            "role": "assistant",
-            "content": [{"type": "text", "text": text[:half]}, {"type": "text", "text": text[half:]}],
-        }
+        say([{"type": "text", "text": text[:half]}, {"type": "text", "text": text[half:]}])
     elif kind == "mismatch_same":
         reply["model"] = OTHER_MODEL
     elif kind == "mismatch_other":
-        choice["message"] = {"role": "assistant", "content": "[]"}
+        say("[]")
         reply["model"] = OTHER_MODEL
     elif kind == "length":
-        choice["message"] = {"role": "assistant", "content": text[: len(text) // 2]}
-        choice["finish_reason"] = "length"
+        say(text[: len(text) // 2], "length")
     elif kind == "no_usage":
         reply.pop("usage", None)
     elif kind == "no_cost":
-        reply["usage"].pop("cost", None)
+        reply.get("usage", {}).pop("cost", None)
     elif kind == "refusal":
-        choice["message"] = {"role": "assistant", "content": None, "refusal": REFUSAL_TEXT}
+        message("stop", refusal=REFUSAL_TEXT)
     elif kind == "two_choices":
-        wrong = {"index": 0, "message": {"role": "assistant", "content": "[]"}, "finish_reason": "stop"}
+        say("[]")
+        wrong = json.loads(json.dumps(choice))
+        say(text)
         reply["choices"] = [wrong, {**choice, "index": 1}]
     elif kind == "tool_calls":
         call = {"id": "call_0", "type": "function", "function": {"name": "answer", "arguments": text}}
-        choice["message"] = {"role": "assistant", "content": None, "tool_calls": [call]}
-        choice["finish_reason"] = "tool_calls"
+        message("tool_calls", tool_calls=[call])
     elif kind == "reasoning_only":
-        choice["message"] = {"role": "assistant", "content": None, "reasoning": REASONING_TEXT}
-        choice["finish_reason"] = "length"
+        message("length", reasoning=REASONING_TEXT)
     return reply
 
 
@@ -707,35 +731,32 @@ def _generated(kind: str, text: str) -> str:
 
 
 def _event_stream(reply: dict, text: str) -> str:
-    """``reply`` as Server-Sent Events: the text in three delta chunks, the finish, the usage, [DONE]."""
-    base = {"id": reply["id"], "object": "chat.completion.chunk", "created": reply["created"], "model": reply["model"]}
+    """``reply`` as Server-Sent Events: the text in three delta chunks, the finish, the usage, [DONE]
+    (``text_completion`` chunks with ``text`` pieces for a ``/v1/completions`` reply)."""
+    chat = "text" not in reply["choices"][0]
+    base = {
+        "id": reply["id"],
+        "object": "chat.completion.chunk" if chat else "text_completion",
+        "created": reply["created"],
+        "model": reply["model"],
+    }
     third = max(1, len(text) // 3)
     pieces = [text[:third], text[third : 2 * third], text[2 * third :]]
-    chunks = [
-        {
-            **base,
-            "choices": [
-                {"index": 0, "delta": {"role": "assistant", "content": piece} if n == 0 else {"content": piece}}
-            ],
-        }
-        for n, piece in enumerate(pieces)
-    ]
-    chunks.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+
+    def piece(n: int, content: str) -> dict:
+        if not chat:
+            return {"index": 0, "text": content, "finish_reason": None}
+        return {"index": 0, "delta": {"role": "assistant", "content": content} if n == 0 else {"content": content}}
+
+    chunks = [{**base, "choices": [piece(n, content)]} for n, content in enumerate(pieces)]
+    last = (
+        {"index": 0, "delta": {}, "finish_reason": "stop"}
+        if chat
+        else {"index": 0, "text": "", "finish_reason": "stop"}
+    )
+    chunks.append({**base, "choices": [last]})
     chunks.append({**base, "choices": [], "usage": reply["usage"]})
     return "".join(f"data: {json.dumps(chunk)}\n\n" for chunk in chunks) + "data: [DONE]\n\n"
-
-
-def _with_message(answer: dict, message: dict | None, finish_reason: str | None = None) -> str:
-    """``answer`` with its first choice's message replaced (None: removed), as JSON text."""
-    completion = json.loads(json.dumps(answer))
-    choice = completion["choices"][0]
-    if message is None:
-        choice.pop("message", None)
-    else:
-        choice["message"] = message
-    if finish_reason is not None:
-        choice["finish_reason"] = finish_reason
-    return json.dumps(completion)
 
 
 class _LoopbackServer(ThreadingHTTPServer):

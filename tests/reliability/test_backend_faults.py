@@ -43,6 +43,7 @@ def make_backend(monkeypatch):
             api_key_env=KEY_ENV,
             max_concurrency=16,
             timeout_s=TIMEOUT_S,
+            min_tokens_per_s=None,  # timeout_s alone: a hang is cut at TIMEOUT_S
             max_retries=MAX_RETRIES,
             backoff_base_s=0.01,
             backoff_max_s=0.05,

@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
+from src.config.checks import CONF_DIR, unknown_choice_error
+from src.config.errors import ConfigError
 from src.data.schema import write_records
-from src.errors import ConfigError
-from src.run_checks import CONF_DIR, unknown_choice_error
 from src.runs.lifecycle import run
-from src.tracking import StoreError
+from src.tracking.store import StoreError
 from tests.helpers.openai_server import FakeOpenAIServer
 from tests.helpers.paths import REPO_ROOT
 from tests.helpers.resumable_run import (

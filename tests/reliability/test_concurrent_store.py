@@ -14,7 +14,7 @@ WORKERS = 4
 
 RUN_SCRIPT = """
 import sys, mlflow
-from src import tracking
+from src.tracking import store as tracking
 experiment_id = tracking.start_experiment("tempgen-concurrent")
 with mlflow.start_run(run_name="same-config", tags=tracking.run_owner_tags()):
     mlflow.log_metric("timex.base.f1", 0.5)

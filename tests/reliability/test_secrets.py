@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from src import tracking
+from src.tracking import store as tracking
 from tests.helpers.openai_server import FaultServer, quoted_words_answer
 from tests.helpers.paths import REPO_ROOT
 
@@ -35,7 +35,7 @@ model:
 hydra:
   callbacks:
     redact_outputs:
-      _target_: src.tracking.RedactHydraOutputs
+      _target_: src.tracking.store.RedactHydraOutputs
 """
 
 
@@ -215,8 +215,8 @@ def test_report_first_line_run_links_and_errors_show_no_credential():
 
 
 def test_run_errors_about_a_uri_show_no_credential(tmp_path):
-    from src.run_checks import ConfigError, check_http_url
-    from src.store_health import StoreUnusable, check_store
+    from src.config.checks import ConfigError, check_http_url
+    from src.tracking.health import StoreUnusable, check_store
 
     with pytest.raises(ConfigError) as info:
         check_http_url(f"http://alice:{URI_TOKEN}@:80/v1", "model.options.base_url")

@@ -18,7 +18,7 @@ import mlflow
 import pytest
 
 from src.data.schema import write_records
-from src.store_health import StoreUnusable, check_store, is_store_fault
+from src.tracking.health import StoreUnusable, check_store, is_store_fault
 from tests.helpers.openai_server import FakeOpenAIServer, last_user_message
 from tests.helpers.paths import REPO_ROOT
 from tests.helpers.resumable_run import (

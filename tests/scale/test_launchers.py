@@ -67,7 +67,7 @@ def test_the_reference_sweep_is_not_trivial(sequential):
 def test_launcher_sweep_matches_the_sequential_sweep(workspace, server, sequential, launcher, plugin):
     pytest.importorskip(plugin, reason=f"{plugin} not installed: pip install -e '.[scale]'")
     uri = f"sqlite:///{workspace / f'{launcher}.db'}"
-    # No pre-created store: the concurrent jobs' first use of a fresh SQLite file is safe (src.tracking).
+    # No pre-created store: the concurrent jobs' first use of a fresh SQLite file is safe (src.tracking.store).
     before = server.request_count
     done = harness.sweep(
         workspace, launcher, server.base_url, uri, launcher=launcher, env_extra={"TEMPGEN_N_JOBS": "2"}

@@ -342,14 +342,14 @@ def test_the_headline_is_above_the_fold_and_a_cell_opens_its_filtered_instance_p
 @pytest.fixture(scope="module")
 def mlflow_ui(tmp_path_factory):
     """``mlflow server`` on 127.0.0.1 over the small study, its configuration runs nested under a
-    ``profile smoke`` parent as the pipeline nests them (src/run_tree.py)."""
+    ``profile smoke`` parent as the pipeline nests them (src/tracking/run_tree.py)."""
     import socket
     import sys
     import time
 
     import mlflow
 
-    from src.run_tree import PARENT_TAG, profile_parent
+    from src.tracking.run_tree import PARENT_TAG, profile_parent
     from tests.helpers.mlflow_study import EXPERIMENT, log_study
 
     store = log_study(tmp_path_factory.mktemp("ui-store"))

@@ -5,7 +5,7 @@ The test starts ``mlflow server --backend-store-uri sqlite:///<tmp>/db.sqlite
 runs the sweep with ``MLFLOW_TRACKING_URI=http://127.0.0.1:<port>``, and reads everything
 back over HTTP with ``MlflowClient``: 4 FINISHED runs, the predictions artifact of each
 (proxied through the server into the artifact folder), and the metrics of the same sweep
-logged to a plain SQLite file. Then a configuration's evidence folder (src/evidence.py) is
+logged to a plain SQLite file. Then a configuration's evidence folder (src/tracking/evidence.py) is
 restored into the server twice: one run with its artifacts in the server's folder, then nothing
 more, the sweep's runs untouched. The server is stopped at the end.
 """
@@ -111,8 +111,8 @@ def test_joblib_sweep_logs_runs_and_artifacts_to_a_tracking_server(tracking_serv
     assert len(stored) == 4
 
     # a pulled study's evidence restored into the team server: once, artifacts proxied, nothing else touched
-    from src.evidence import SOURCE_RUN_TAG, restore_runs
-    from src.scoring.runner import DatasetPlan, RunRecord, ScoringOptions, evaluate_configuration
+    from src.tracking.evaluation import DatasetPlan, RunRecord, ScoringOptions, evaluate_configuration
+    from src.tracking.evidence import SOURCE_RUN_TAG, restore_runs
     from tests.test_evidence import RECORDS, EchoSystem
 
     (root / "plan.jsonl").write_text("{}\n")

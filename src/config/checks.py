@@ -17,9 +17,10 @@ from urllib.parse import urlsplit
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from src.cli import MAX_SEED, optional_int
-from src.errors import ConfigError
+from src.config.errors import ConfigError
+from src.config.locate import conf_dir
 
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+CONF_DIR = conf_dir()
 #: Config groups whose choice is a file ``conf/<group>/<name>.yaml``.
 CHOICE_GROUPS = ("model", "strategy", "dimension", "condition", "provider")
 #: Numeric options of the OpenAI-compatible backend: (smallest allowed, integer only).

@@ -144,7 +144,7 @@ def close_own_runs(uri: str, experiment: str, run_name: str, since_ms: int, wait
     the store is locked. Returns the ids closed; raises the last store error after the wait."""
     from mlflow.tracking import MlflowClient
 
-    from src.tracking import HOST_TAG, PID_TAG
+    from src.tracking.store import HOST_TAG, PID_TAG
 
     deadline = time.monotonic() + wait_s
     while True:

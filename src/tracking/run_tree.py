@@ -72,7 +72,7 @@ def log_analysis_run(experiment: str, uri: str, profile: str, out, params: dict[
 
     import mlflow
 
-    from src import tracking
+    from src.tracking import store as tracking
 
     out = Path(out)
     experiment_id = tracking.start_experiment(experiment, uri)

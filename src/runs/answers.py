@@ -70,7 +70,7 @@ def log_answer_record(
     accumulates across datasets."""
     import mlflow
 
-    from src import tracking
+    from src.tracking import store as tracking
 
     metrics = answer_metrics(results, requested_model, routing)
     if mlflow.active_run() is None:  # e.g. tune_k scores without a run: nothing to log into

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from pathlib import Path
 
-CONFIG_DIR = Path(__file__).resolve().parents[1] / "conf"
+from src.config.locate import conf_dir
+
+CONFIG_DIR = conf_dir()
 
 
 def compose_config(overrides: Sequence[str]):
@@ -21,9 +22,9 @@ def compose_config(overrides: Sequence[str]):
     from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
 
-    from src.params import register_resolver
+    from src.config.store import register_config
 
-    register_resolver()
+    register_config()
     try:
         with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
             return compose("config", overrides=list(overrides))
@@ -35,10 +36,10 @@ def offline_system(cfg):
     """(system, dataset plans) of a composed configuration, built without its API key or a request.
 
     Raises:
-        ValueError: the configuration cannot run (``src.run_checks.ConfigError`` is one).
+        ValueError: the configuration cannot run (``src.config.checks.ConfigError`` is one).
     """
 
-    from src.run_checks import endpoint_of
+    from src.config.checks import endpoint_of
     from src.runs.configure import check_config, configured_system
 
     strategy, options, files = check_config(cfg)

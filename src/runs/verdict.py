@@ -60,8 +60,8 @@ def verdict(
 def run_verdict(
     outcome, answer_rates: Mapping[str, Mapping[str, float]], threshold: float
 ) -> tuple[list[str], list[str]]:
-    """:func:`verdict` of a :class:`~src.scoring.runner.RunOutcome`; ``answer_rates`` holds each
-    dataset's empty-answer and served-model mismatch shares (:mod:`src.answer_record`)."""
+    """:func:`verdict` of a :class:`~src.tracking.evaluation.RunOutcome`; ``answer_rates`` holds each
+    dataset's empty-answer and served-model mismatch shares (:mod:`src.runs.answers`)."""
     everything = outcome.metrics()
     scored, instances, failed, rates = {}, {}, {}, {}
     for o in outcome.outcomes:

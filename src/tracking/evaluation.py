@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from src.data.digest import file_digest
 from src.data.schema import Record
-from src.digest import file_digest
-from src.run_tree import parent_tags, study_tags
 from src.scoring.evaluate import DatasetEvaluation, InstanceOutput, evaluate_dataset, log_evaluation
 from src.study import RUN_KINDS
+from src.tracking.run_tree import parent_tags, study_tags
 
 log = logging.getLogger(__name__)
 
@@ -203,7 +203,7 @@ def evaluate_configuration(
     """
     import mlflow
 
-    from src import tracking
+    from src.tracking import store as tracking
 
     experiment_id = tracking.start_experiment(experiment, tracking_uri)
     closed = tracking.close_stale_runs(experiment_id, record.run_name, mlflow.MlflowClient())
@@ -257,10 +257,10 @@ def usage_report(outcomes: Sequence[DatasetOutcome]) -> dict[str, dict[str, floa
 def write_run_evidence(
     folder: Path, record: RunRecord, outcome: RunOutcome, run: Any, experiment: str, secrets: tuple[str, ...] = ()
 ) -> Path:
-    """The configuration's evidence folder (:mod:`src.evidence`): what it logged, as read back from
+    """The configuration's evidence folder (:mod:`src.tracking.evidence`): what it logged, as read back from
     the store (params, metrics, tags), and each scored dataset's predictions and bootstrap artifact."""
-    from src.evidence import clean_metrics, clean_tags, write_evidence
-    from src.tracking import redact
+    from src.tracking.evidence import clean_metrics, clean_tags, write_evidence
+    from src.tracking.store import redact
 
     data = {
         "run_id": outcome.run_id,
@@ -285,7 +285,7 @@ def _evaluate_one(
 ) -> DatasetOutcome:
     import mlflow
 
-    from src import tracking
+    from src.tracking import store as tracking
 
     log_dataset_input(plan)
     produced = system.produce(plan)

@@ -12,7 +12,9 @@ from typing import Any
 
 import yaml
 
-PARAMS_FILE = Path(__file__).resolve().parent.parent / "params.yaml"
+from src.config.locate import project_file
+
+PARAMS_FILE = project_file("params.yaml")
 
 
 @cache

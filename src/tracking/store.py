@@ -33,13 +33,14 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
+from src.config.locate import PROJECT_ROOT, conf_dir
 from src.redact import redact_uris
 
 logger = logging.getLogger(__name__)
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
 LOCAL_STORE = PROJECT_ROOT / "mlruns"
-CONFIG_FILE = PROJECT_ROOT / "conf" / "config.yaml"
+CONFIG_FILE = conf_dir("config.yaml")
 SECRET_KEY_PATTERN = re.compile(
     r"^(.*[_-])?(api[_-]?key|token|access[_-]token|secret|password|authorization)$", re.IGNORECASE
 )
