@@ -45,23 +45,24 @@ os.chdir(ROOT)  # the config's paths (params.yaml) are relative to the repositor
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import yaml  # noqa: E402
-from hydra import compose, initialize_config_dir  # noqa: E402
-from omegaconf import OmegaConf  # noqa: E402
 
 from src.backends import create_backend  # noqa: E402
 from src.backends.base import ChatRequest  # noqa: E402
-from src.prompts import STRATEGY_NAMES, strategy_from_config  # noqa: E402
-from src.runs.configure import checked_count, dataset_file, planned_records, prompt_options  # noqa: E402
+from src.billing.meter import Meter  # noqa: E402
+from src.config.schema import RunConfig  # noqa: E402
+from src.prompts import STRATEGY_NAMES  # noqa: E402
+from src.runs.configure import planned_records  # noqa: E402
+from src.runs.offline import load_config  # noqa: E402
 from src.runs.prompted import PromptedSystem  # noqa: E402
-from src.tracking.evaluation import DatasetPlan  # noqa: E402
+from src.scoring.system import DatasetPlan  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "llamacpp.json"
 PROFILE = ROOT / "sweep.yaml"  # the default profile (another one after `cp conf/profiles/NAME.yaml sweep.yaml`)
 TASKS = ("timex", "eventx", "comp")
 
 
-def profile_config(strategy: str):
-    """The config a default-profile ``run@`` stage composes for ``strategy`` (dvc.yaml's overrides)."""
+def profile_config(strategy: str) -> RunConfig:
+    """The typed config a default-profile ``run@`` stage builds for ``strategy`` (dvc.yaml's overrides)."""
     sweep = yaml.safe_load(PROFILE.read_text())["sweep"]
     overrides = [
         f"model={sweep['models'][0]}",
@@ -71,23 +72,22 @@ def profile_config(strategy: str):
         f"generation.max_tokens={sweep['max_tokens']}",
         f"generation.max_tokens_document={sweep['max_tokens_document']}",
     ]
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        return compose(config_name="config", overrides=overrides)
+    return load_config(overrides)
 
 
 def build_requests(sentences: int, documents: int) -> tuple[list[ChatRequest], dict]:
     """The profile's requests for a few base sentences and short documents per task and strategy."""
     requests, model_options = [], {}
     for name in STRATEGY_NAMES:
-        cfg = profile_config(name)
-        model_options = {"model_id": cfg.model.model_id, **OmegaConf.to_container(cfg.model.options, resolve=True)}
-        system = PromptedSystem(cfg, None, strategy_from_config(cfg.strategy), prompt_options(cfg))
-        max_words, seed = checked_count(cfg, "max_input_words"), int(cfg.seed)
+        config = profile_config(name)
+        model_options = {"model_id": config.model.model_id, **config.model.options}
+        system = PromptedSystem(config, None, Meter(config.model.price))
+        max_words, seed = config.max_input_words, config.seed
         for task in TASKS:
             for dataset, count in (("base", sentences), ("len", documents)):
                 if not count:
                     continue
-                path = dataset_file(cfg, task, dataset)
+                path = config.dataset_file(task, dataset)
                 plan = DatasetPlan(task, dataset, path, planned_records(path, count, seed, max_words))
                 for request in system.requests(plan):
                     requests.append(replace(request, request_id=f"{name}/{task}/{dataset}/{request.request_id}"))

@@ -27,6 +27,7 @@ from pathlib import Path
 import yaml
 
 from src.cli import setup_logging
+from src.config.params import lookup
 from src.report import figures, plots, rq, tables, writer
 from src.report.analysis import Analysis, analysis_summary, run_analysis
 from src.report.browser import write_instance_pages
@@ -40,8 +41,6 @@ __all__ = ["Analysis", "analysis_summary", "main", "run_analysis", "write_output
 
 
 def default_seed() -> int:
-    from src.config.params import lookup
-
     return int(lookup("seed"))
 
 
@@ -50,7 +49,6 @@ def instance_texts(keys: set[tuple[str, str]]) -> dict[tuple[str, str], dict[str
     paths); a set that is not on this machine (hand runs from elsewhere) gets none: its instance
     page then shows ids and spans without the text."""
     from src import study
-    from src.config.params import lookup
     from src.data.schema import read_records
 
     texts: dict[tuple[str, str], dict[str, str]] = {}
@@ -138,17 +136,23 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "left by another profile never enters the report",
     )
     parser.add_argument("--out", type=Path, default=Path("reports"))
-    parser.add_argument("--resamples", type=int, default=1000)
+    parser.add_argument("--resamples", type=int, default=None, help="default: params.yaml analysis.resamples")
     parser.add_argument("--seed", type=int, default=None, help="default: params.yaml seed")
-    parser.add_argument("--alpha", type=float, default=0.05)
-    parser.add_argument("--correction", choices=sorted(rq.CORRECTIONS), default="holm")
+    parser.add_argument("--alpha", type=float, default=None, help="default: params.yaml analysis.alpha")
+    parser.add_argument(
+        "--correction", choices=sorted(rq.CORRECTIONS), default=None, help="default: params.yaml analysis.correction"
+    )
     parser.add_argument(
         "--stats-json",
         type=Path,
         default=None,
         help="prepared-data statistics for the top-label figure (default: <paths.prepared>/stats.json)",
     )
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    for name in ("resamples", "alpha", "correction"):
+        if getattr(args, name) is None:
+            setattr(args, name, lookup(f"analysis.{name}"))
+    return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -160,8 +164,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not 0 < args.alpha < 0.5:
         print("error: --alpha must be in (0, 0.5)", file=sys.stderr)
         return 2
-    from src.config.params import lookup
-
     stats_json = args.stats_json or PROJECT_ROOT / lookup("paths.prepared") / "stats.json"
     uri = tracking_uri(args.tracking_uri)
     started = time.perf_counter()
@@ -186,7 +188,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     loaded = time.perf_counter() - started
     analysis = run_analysis(
-        results, args.resamples, default_seed() if args.seed is None else args.seed, args.alpha, args.correction
+        results,
+        resamples=args.resamples,
+        seed=default_seed() if args.seed is None else args.seed,
+        alpha=args.alpha,
+        correction=args.correction,
     )
     analysis.timings["load_s"] = loaded
     analysis.top_gold = read_top_gold(stats_json)

@@ -19,15 +19,24 @@ import argparse
 import functools
 import itertools
 import json
+import logging
 import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import yaml
+from hydra.core.override_parser.overrides_parser import OverridesParser
+
+from src.billing.ledger import spent, usd
 from src.billing.prices import MODES
 from src.cli import setup_logging
 from src.config.locate import project_file
+from src.config.overrides import override_error
+from src.config.schema import RunConfig
+from src.runs.configure import plan_of
+from src.runs.offline import load_config, offline_system
 
 DVC_FILE = project_file("dvc.yaml")
 #: Overrides of the run stage that only name where a run writes (nothing the plan counts).
@@ -45,8 +54,6 @@ TOTAL_KEYS = (
 
 def expand(overrides: Sequence[str]) -> list[list[str]]:
     """Every combination of the sweep overrides (``model=a,b``), in Hydra's multirun order."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
     choices = []
     for override in OverridesParser.create().parse_overrides(list(overrides)):
         if override.is_sweep_override():
@@ -66,8 +73,6 @@ def sweep_configurations(path: Path, extra: Sequence[str], dvc_file: Path = DVC_
     """The overrides of every ``run@`` stage of the sweep profile at ``path`` (plus ``extra``): the
     ``run`` stage's own command with ``${item.*}`` and ``${sweep.*}`` filled in as DVC does, less
     the overrides that only name where a run writes (:data:`OUTPUT_OVERRIDES`)."""
-    import yaml
-
     try:
         profile = yaml.safe_load(path.read_text(encoding="utf-8"))["sweep"]
         stage = yaml.safe_load(dvc_file.read_text(encoding="utf-8"))["stages"]["run"]
@@ -97,23 +102,17 @@ def _filled(values: dict[str, Any], path: Path, match: re.Match) -> str:
     return dvc_value(values[key])
 
 
-def plan_one(overrides: Sequence[str], seen: set[str] | None = None) -> tuple[dict[str, Any], Any]:
-    """(plan, composed config) of one configuration; ValueError names what cannot run. ``seen``:
-    the request keys of the sweep's earlier configurations (sent once, whichever asks first)."""
-    from src.runs.configure import budget_from_config, plan_of
-    from src.runs.offline import compose_config, offline_system
-
-    cfg = compose_config(overrides)
-    budget_from_config(cfg)  # a bad budget value is an error before anything is counted
-    system, plans = offline_system(cfg)
-    plan = plan_of(cfg, system, plans, seen)
+def plan_one(overrides: Sequence[str], seen: set[str] | None = None) -> tuple[dict[str, Any], RunConfig]:
+    """(plan, typed config) of one configuration; ValueError names what cannot run. ``seen``: the
+    request keys of the sweep's earlier configurations (sent once, whichever asks first)."""
+    config = load_config(overrides)
+    system, plans = offline_system(config)
+    plan = plan_of(config, system, plans, seen)
     plan["overrides"] = list(overrides)
-    return plan, cfg
+    return plan, config
 
 
 def money(value: float | None) -> str:
-    from src.billing.ledger import usd
-
     return "price unknown" if value is None else usd(value)
 
 
@@ -162,8 +161,10 @@ def total_of(plans: list[dict[str, Any]]) -> dict[str, Any]:
     for mode in MODES:
         rows = [p["modes"][mode] for p in plans if p["to_send"]]
         costs = [row["ceiling_cost_usd"] for row in rows]
+        at_rates = [row["at_mode_rates_usd"] for row in rows]
         total["modes"][mode] = {
             "ceiling_cost_usd": None if any(c is None for c in costs) else float(sum(costs)),
+            "at_mode_rates_usd": None if any(c is None for c in at_rates) else float(sum(at_rates)),
             "list_price_stands_in": any(row["list_price_stands_in"] for row in rows),
             "configurations": len(rows),
             "waits": sorted({row["wait"] for row in rows}),
@@ -179,16 +180,16 @@ def mode_lines(total: dict[str, Any]) -> list[str]:
             " (the list price stands in where a model file has no price for it)" if row["list_price_stands_in"] else ""
         )
         waits = "; ".join(row["waits"]) or "nothing to send"
-        lines.append(f"  {mode}: cost at most {money(row['ceiling_cost_usd'])}{stand_in}; wait: {waits}")
+        served = ""
+        if row["at_mode_rates_usd"] != row["ceiling_cost_usd"]:  # flex: the standard tier may serve it
+            served = f", {money(row['at_mode_rates_usd'])} where every reply is served at {mode} rates"
+        lines.append(f"  {mode}: cost at most {money(row['ceiling_cost_usd'])}{served}{stand_in}; wait: {waits}")
     return ["by mode (model.options.mode; docs/cost.md):", *lines] if lines else []
 
 
-def budget_line(cfg: Any, total: dict[str, Any]) -> str | None:
+def budget_line(config: RunConfig, total: dict[str, Any]) -> str | None:
     """The budget of the (first) configuration against the total, as the runs will check it."""
-    from src.billing.ledger import spent
-    from src.runs.configure import budget_from_config
-
-    budget = budget_from_config(cfg)
+    budget = config.budget
     if budget.max_cost_usd is None and budget.max_requests is None:
         return None
     already = spent(budget)
@@ -220,12 +221,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="also write the plan as JSON here")
     parser.add_argument("-m", "--multirun", action="store_true", help="accepted for symmetry with src.run")
     args = parser.parse_args(argv)
-    import logging
-
     setup_logging(logging.WARNING)
-    from src.config.checks import unknown_choice_error
-
-    problem = unknown_choice_error(args.overrides)
+    problem = override_error(args.overrides)
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return 2

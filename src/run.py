@@ -20,8 +20,9 @@ import hydra
 from omegaconf import DictConfig
 
 from src.cli import one_line
-from src.config.checks import unknown_choice_error
 from src.config.errors import ConfigError
+from src.config.overrides import override_error
+from src.config.schema import RunConfig
 from src.config.store import register_config
 from src.redact import install_log_redaction
 from src.runs.lifecycle import Interrupted, StoreFailedMidRun, forward_sigterm, run, stop_code
@@ -58,7 +59,7 @@ def main(cfg: DictConfig) -> None:
     install_log_redaction()  # Hydra has set up the handlers by now
     signal.signal(signal.SIGTERM, forward_sigterm)
     try:
-        code = run(cfg)
+        code = run(RunConfig.from_hydra(cfg))  # the one place the composition is read and checked
     except (ConfigError, StoreError) as error:
         return end(2, f"error: {one_line(str(error))}")
     except StoreFailedMidRun as error:
@@ -72,22 +73,8 @@ def main(cfg: DictConfig) -> None:
     end(code)
 
 
-#: Config groups renamed, so that an old override fails with the new name, not Hydra's "no match".
-RENAMED_GROUPS = {"experiment": "condition"}
-
-
-def renamed_group_error(overrides: list[str]) -> str | None:
-    """The message for an override of a renamed config group (``experiment=...``), else None."""
-    for override in overrides:
-        key = override.lstrip("+~").split("=", 1)[0]
-        if key in RENAMED_GROUPS:
-            new = RENAMED_GROUPS[key]
-            return f"the {key!r} config group is now {new!r} (conf/{new}/): use {override.replace(key, new, 1)!r}"
-    return None
-
-
 if __name__ == "__main__":
-    problem = renamed_group_error(sys.argv[1:]) or unknown_choice_error(sys.argv[1:])
+    problem = override_error(sys.argv[1:])
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         sys.exit(2)

@@ -17,16 +17,18 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
+from src.billing.meter import Meter
 from src.config.errors import ConfigError
+from src.config.schema import RunConfig
 from src.config.store import register_config
 from src.data.schema import read_records
 from src.data.splits import subset_by_id
-from src.prompts import K_CHOICES, select_k, strategy_from_config
+from src.prompts import K_CHOICES, select_k
 from src.redact import install_log_redaction
-from src.runs.configure import build_backend, checked_limit, prompt_options
+from src.runs.configure import build_backend
 from src.runs.prompted import PromptedSystem
 from src.scoring.evaluate import evaluate_dataset
-from src.tracking.evaluation import DatasetPlan
+from src.scoring.system import DatasetPlan
 
 log = logging.getLogger("src.tune_k")
 register_config()
@@ -34,35 +36,31 @@ register_config()
 VALIDATION_SPLIT = "val"
 
 
-def tune(cfg: DictConfig) -> dict:
+def tune(config: RunConfig) -> dict:
     """Validation F1 for every k and task, and the chosen k per task."""
-    strategy = strategy_from_config(cfg.strategy)
+    strategy = config.strategy
     if not strategy.inductive:
         raise SystemExit(f"strategy {strategy.name} uses no exemplars: choose an inductive one (I, D+I, A+I, A+D+I)")
-    try:  # a bad override is one line, before any backend is built
-        options = prompt_options(cfg)
-    except ConfigError as error:
-        raise SystemExit(f"error: {error}") from None
-    backend = build_backend(cfg)
+    backend = build_backend(config)
+    meter = Meter(config.model.price)
     result: dict = {
-        "model": cfg.model.name,
+        "model": config.model.name,
         "strategy": strategy.name,
-        "limit": cfg.limit,
-        "seed": cfg.seed,
+        "limit": config.limit,
+        "seed": config.seed,
         "tasks": {},
     }
-    for task in cfg.tasks:
-        path = Path(cfg.paths.prepared) / task / f"{VALIDATION_SPLIT}.jsonl"
-
-        records = subset_by_id(read_records(path), checked_limit(cfg), int(cfg.seed))
+    for task in config.tasks:
+        path = Path(config.paths.prepared) / task / f"{VALIDATION_SPLIT}.jsonl"
+        records = subset_by_id(read_records(path), config.limit, config.seed)
         plan = DatasetPlan(task, VALIDATION_SPLIT, path, records)
 
         def evaluate(k: int, task: str = task, plan: DatasetPlan = plan) -> float:
-            system = PromptedSystem(cfg, backend, dataclasses.replace(strategy, k=k), options)
+            system = PromptedSystem(config, backend, meter, dataclasses.replace(strategy, k=k))
             produced = system.produce(plan)
             if produced.outputs is None:
                 raise SystemExit(f"{task}: {len(produced.failures)} request(s) failed; re-run to complete them")
-            evaluation = evaluate_dataset(task, VALIDATION_SPLIT, plan.records, produced.outputs, 1, int(cfg.seed))
+            evaluation = evaluate_dataset(task, VALIDATION_SPLIT, plan.records, produced.outputs, 1, config.seed)
             return evaluation.metrics()[f"{task}.{VALIDATION_SPLIT}.f1"]
 
         selection = select_k(evaluate, K_CHOICES)
@@ -74,7 +72,11 @@ def tune(cfg: DictConfig) -> dict:
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> None:
     install_log_redaction()
-    result = tune(cfg)
+    try:
+        config = RunConfig.from_hydra(cfg)
+    except ConfigError as error:
+        raise SystemExit(f"error: {error}") from None
+    result = tune(config)
     out = Path(cfg.get("k_selection_output") or "reports/k_selection.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")

@@ -94,7 +94,7 @@ def test_the_reasoning_allowance_is_the_model_files_reasoning_bound():
 
 
 def test_the_old_experiment_group_name_is_a_clear_error():
-    from src.run import renamed_group_error
+    from src.config.overrides import renamed_group_error
 
     message = renamed_group_error(["model=qwen3_moe", "experiment=study_condition"])
     assert message is not None and "'condition=study_condition'" in message

@@ -17,15 +17,8 @@ from mlflow.tracking import MlflowClient
 from src.analyze import main as analyze_main
 from src.report.loading import load_hand_runs, load_results
 from src.scoring.evaluate import InstanceOutput
-from src.tracking.evaluation import (
-    DatasetPlan,
-    RunRecord,
-    ScoringOptions,
-    SystemOutput,
-    evaluate_configuration,
-    summary,
-    write_summary,
-)
+from src.scoring.system import DatasetPlan, ScoringOptions, SystemOutput
+from src.tracking.evaluation import RunRecord, evaluate_configuration, summary, write_summary
 from src.tracking.evidence import SOURCE_RUN_TAG, read_evidence, restore_runs
 from tests.helpers.records import make_record
 
@@ -57,7 +50,7 @@ def _run(store: Path, evidence: Path, model: str = "m", strategy: str = "I"):
     for plan in plans:
         plan.path.write_text("{}\n")
     outcome = evaluate_configuration(
-        record, plans, EchoSystem(), ScoringOptions(50, 7), EXPERIMENT, uri, evidence=evidence
+        record, plans, EchoSystem(), ScoringOptions(50, 7, False, ()), EXPERIMENT, uri, evidence=evidence
     )
     return uri, record, outcome
 

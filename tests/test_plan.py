@@ -18,8 +18,8 @@ import pytest
 import yaml
 
 from src.billing.ledger import Budget, budget_problem, read_ledger, reserve, spent, usd
-from src.billing.prices import MODES, Price, model_price
-from src.config.checks import ConfigError
+from src.billing.prices import MODES, Price
+from src.config.errors import ConfigError
 from src.data.schema import write_records
 from src.plan import expand, main as plan_main, sweep_configurations
 from tests.helpers.openai_server import FakeOpenAIServer
@@ -236,13 +236,15 @@ def test_budget_arithmetic_and_bad_values(tmp_path: Path):
     assert "without a price" in problem(Budget(max_cost_usd=5), ceiling=None)
     assert problem(Budget(max_cost_usd=0), ceiling=0.0, to_send=0) is None
 
-    ledger = Budget(ledger="s", ledger_file=tmp_path / "spend.json")
+    ledger = Budget(ledger="s", ledger_file=tmp_path / "spend.json", stale_after_s=600)
     for name, spend in (
         ("a-I", {"cost_usd": 0.25, "requests": 3, "attempts": 4}),
         ("a-D", {"cost_usd": 0.5, "requests": 2}),
     ):
         reserve(ledger, name, 1.0, 5).settle(spend)
-    reserve(Budget(ledger="other", ledger_file=ledger.ledger_file), "b-I", 9, 9).settle({"cost_usd": 9, "requests": 9})
+    reserve(Budget(ledger="other", ledger_file=ledger.ledger_file, stale_after_s=600), "b-I", 9, 9).settle(
+        {"cost_usd": 9, "requests": 9}
+    )
     assert spent(ledger) == {
         "cost_usd": 0.75,
         "requests": 5,
@@ -254,46 +256,35 @@ def test_budget_arithmetic_and_bad_values(tmp_path: Path):
     with pytest.raises(ConfigError, match="not a spend ledger"):
         spent(ledger)
 
-    from omegaconf import OmegaConf
+    from src.config.budget import budget_from_mapping
+    from src.config.schema import Model
 
-    from src.runs.configure import budget_from_config
-
+    ledger_settings = {"ledger_file": ".cache/spend.json", "stale_after_s": 600}
     for bad in (
         {"max_cost_usd": -1},
         {"max_cost_usd": "ten"},
         {"max_requests": 1.5},
         {"ledger": ""},
         {"stale_after_s": 0},
+        {"ledger_file": None},
+        {"max_cost_usd": 1, "typo": 2},
     ):
         with pytest.raises(ConfigError, match="budget."):
-            budget_from_config(OmegaConf.create({"budget": bad}))
-    dvc_nulls = budget_from_config(OmegaConf.create({"budget": dict.fromkeys(("max_cost_usd", "ledger"), "None")}))
+            budget_from_mapping({**ledger_settings, **bad})
+    dvc_nulls = budget_from_mapping({**ledger_settings, **dict.fromkeys(("max_cost_usd", "ledger"), "None")})
     assert (dvc_nulls.max_cost_usd, dvc_nulls.ledger) == (None, None)
-    free = OmegaConf.create({"model": {"backend": "llamacpp"}})
-    assert model_price(free).cost(1e6, 1e6) == 0.0
-    assert model_price(OmegaConf.create({"model": {"backend": "openai"}})) is None
+
+    def price_of(backend: str, **block):
+        model = {"name": "m", "backend": backend, "model_id": "x", **({"price": block} if block else {})}
+        return Model.from_mapping(model).price
+
+    assert price_of("llamacpp").cost(1e6, 1e6) == 0.0
+    assert price_of("openai") is None
     with pytest.raises(ConfigError, match="model.price.output_per_mtok"):
-        model_price(OmegaConf.create({"model": {"backend": "openai", "price": {"input_per_mtok": 1}}}))
+        price_of("openai", input_per_mtok=1)
     with pytest.raises(ConfigError, match="model.price.batch.input_per_mtok"):
-        model_price(
-            OmegaConf.create(
-                {"model": {"backend": "openai", "price": {"input_per_mtok": 1, "output_per_mtok": 2, "batch": {}}}}
-            )
-        )
-    priced = model_price(
-        OmegaConf.create(
-            {
-                "model": {
-                    "backend": "openai",
-                    "price": {
-                        "input_per_mtok": 2,
-                        "output_per_mtok": 8,
-                        "batch": {"input_per_mtok": 1, "output_per_mtok": 4},
-                    },
-                }
-            }
-        )
-    )
+        price_of("openai", input_per_mtok=1, output_per_mtok=2, batch={})
+    priced = price_of("openai", input_per_mtok=2, output_per_mtok=8, batch={"input_per_mtok": 1, "output_per_mtok": 4})
     assert priced.for_mode("batch").cost(1e6, 1e6) == 5.0 and not priced.for_mode("batch").fallback
     assert priced.for_mode("flex").cost(1e6, 1e6) == 10.0 and priced.for_mode("flex").fallback
 
@@ -306,9 +297,11 @@ def test_a_llamacpp_model_counts_completion_prompts_with_its_own_vocabulary():
     from src.backends.base import ChatRequest
     from src.backends.llamacpp_backend import LlamaCppBackend
     from src.billing.prices import token_counter
+    from src.config.schema import Model
 
     model = OmegaConf.load(REPO_ROOT / "conf/model/smollm2_135m.yaml")
-    counter = token_counter(OmegaConf.create({"model": model}))
+    fields = {k: v for k, v in OmegaConf.to_container(model).items() if k != "defaults"}
+    counter = token_counter(Model.from_mapping(fields))
     options = OmegaConf.to_container(model.options)
     backend = LlamaCppBackend(str(model.model_id), options["gguf_file"], options["gguf_package"], n_ctx=512, workers=1)
     prompt = "Find every time expression.\nText: The meeting was held on Friday , 3 May 1998 .\nAnswer:"

@@ -263,36 +263,40 @@ def test_max_input_words_leaves_out_longer_inputs_before_the_limit_subset(tmp_pa
     assert [r.id for r in planned_records(path, 1, 13, 4)] == ["short#s0"]
 
 
-def test_documents_have_their_own_generation_budget():
-    from omegaconf import OmegaConf
+def _generation(**given):
+    from src.config.schema import Generation
 
+    base = {"temperature": 0.0, "seed": 0, "constrained": False, "spans_from_input": False}
+    base.update(stop_at_repeated_span=False, max_tokens=None, max_tokens_document=None, max_tokens_reasoning=None)
+    return Generation.from_mapping({**base, **given})
+
+
+def test_documents_have_their_own_generation_budget():
     from src.prompts import get_strategy
     from src.runs.prompted import generation_budget
 
     strategy = get_strategy("A")
-    cfg = OmegaConf.create({"generation": {"max_tokens": 48, "max_tokens_document": "None"}})
-    assert generation_budget(cfg, strategy, "base") == 48
-    assert generation_budget(cfg, strategy, "len") == strategy.max_tokens_document  # DVC renders null as None
-    cfg = OmegaConf.create({"generation": {"max_tokens": None, "max_tokens_document": 160}})
-    assert generation_budget(cfg, strategy, "len") == 160
-    assert generation_budget(cfg, strategy, "t2c") == strategy.max_tokens
+    generation = _generation(max_tokens=48, max_tokens_document="None")  # DVC renders null as None
+    assert generation_budget(generation, strategy, "base") == 48
+    assert generation_budget(generation, strategy, "len") == strategy.max_tokens_document
+    generation = _generation(max_tokens_document=160)
+    assert generation_budget(generation, strategy, "len") == 160
+    assert generation_budget(generation, strategy, "t2c") == strategy.max_tokens
 
 
 def test_abductive_answers_get_the_reasoning_allowance_on_top():
     """A bounded reasoning step of 40 characters can cost 40 tokens ("1. 1. 1. ..."): with one
     budget for everything, 5 of 1,040 A / A+D answers were cut before their spans."""
-    from omegaconf import OmegaConf
-
     from src.prompts import get_strategy
     from src.runs.prompted import generation_budget
 
-    cfg = OmegaConf.create({"generation": {"max_tokens": 64, "max_tokens_document": 160, "max_tokens_reasoning": 88}})
-    assert generation_budget(cfg, get_strategy("A"), "base") == 64 + 88
-    assert generation_budget(cfg, get_strategy("A+D+I"), "len") == 160 + 88
-    assert generation_budget(cfg, get_strategy("D+I"), "base") == 64
-    assert generation_budget(cfg, get_strategy("I"), "len") == 160
-    cfg = OmegaConf.create({"generation": {"max_tokens": 64, "max_tokens_reasoning": "None"}})
-    assert generation_budget(cfg, get_strategy("A"), "base") == 64
+    generation = _generation(max_tokens=64, max_tokens_document=160, max_tokens_reasoning=88)
+    assert generation_budget(generation, get_strategy("A"), "base") == 64 + 88
+    assert generation_budget(generation, get_strategy("A+D+I"), "len") == 160 + 88
+    assert generation_budget(generation, get_strategy("D+I"), "base") == 64
+    assert generation_budget(generation, get_strategy("I"), "len") == 160
+    generation = _generation(max_tokens=64, max_tokens_reasoning="None")
+    assert generation_budget(generation, get_strategy("A"), "base") == 64
 
 
 def test_too_few_exemplars_fail_before_a_run_is_opened(workspace: Path):

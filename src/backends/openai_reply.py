@@ -213,7 +213,8 @@ def reply_of(payload: Any, plain_text: bool = False, streamed: bool = False) -> 
     choices = payload.get("choices")
     if choices is None and "usage" not in payload:
         raise RetryableError("response without choices", kind="response without choices")
-    billed = BilledReply(usage_dict(payload), generated_text(choices))
+    tier = payload.get("service_tier")
+    billed = BilledReply(usage_dict(payload), generated_text(choices), tier if isinstance(tier, str) else None)
     if choices is not None and not isinstance(choices, list):
         raise NeverHeals(
             f"choices is a JSON {type(choices).__name__}, not a list", kind="choices not a list", billed=billed

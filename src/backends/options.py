@@ -143,6 +143,5 @@ def checked(options: OpenAIOptions) -> None:
         raise ConfigError(str(error)) from None
 
 
-def defaults() -> dict[str, Any]:
-    """The defaults as Hydra's config group node (:mod:`src.config.store`)."""
-    return OpenAIOptions().as_dict()
+#: The ``backend_options`` config groups defined in code: name -> its options' defaults.
+GROUPS = {"openai": lambda: OpenAIOptions().as_dict()}

@@ -32,10 +32,12 @@ BILL_FIELDS = (
 @dataclass(frozen=True)
 class BilledReply:
     """What a billed reply said about itself: its ``usage`` (possibly empty or partial) and the
-    text it generated (content, refusal, tool arguments, reasoning), to count when usage lacks it."""
+    text it generated (content, refusal, tool arguments, reasoning), to count when usage lacks it;
+    ``service_tier``: the tier the reply says served it (OpenAI's flex may fall back to the standard tier)."""
 
     usage: dict
     generated_text: str = ""
+    service_tier: str | None = None
 
 
 @dataclass

@@ -40,19 +40,22 @@ from src.config.errors import ConfigError
 
 LEDGER_FORMAT = 2
 HEARTBEAT_S = 30.0
-DEFAULT_LEDGER_FILE = Path(".cache/spend.json")
-DEFAULT_STALE_AFTER_S = 600.0
 
 
 @dataclass(frozen=True)
 class Budget:
-    """``budget.*``: caps on new cost and new requests (None: no cap), and the ledger runs share."""
+    """``budget.*`` (conf/config.yaml): caps on new cost and new requests (None: no cap), and the
+    ledger runs share with its file and stale rule (needed only with a ledger)."""
 
     max_cost_usd: float | None = None
     max_requests: int | None = None
     ledger: str | None = None
-    ledger_file: Path = DEFAULT_LEDGER_FILE
-    stale_after_s: float = DEFAULT_STALE_AFTER_S
+    ledger_file: Path | None = None
+    stale_after_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.ledger is not None and (self.ledger_file is None or self.stale_after_s is None):
+            raise ValueError("a budget with a ledger needs its ledger_file and stale_after_s")
 
     @property
     def capped(self) -> bool:

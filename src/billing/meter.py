@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from src.backends.base import ChatRequest
 from src.billing.bill import Bill, BilledReply
 from src.billing.ledger import Reservation, usd
-from src.billing.prices import Price, TokenCounter
+from src.billing.prices import Price, TokenCounter, billed_mode, cap_mode
 
 
 @dataclass(frozen=True)
@@ -64,8 +64,9 @@ class Meter:
         return None if self.price is None else self.price.for_mode(mode)
 
     def ceiling(self, request: ChatRequest, mode: str = "sync") -> float:
-        """The most one attempt of ``request`` can cost in ``mode``."""
-        price = self.mode_price(mode)
+        """The most one attempt of ``request`` can cost in ``mode`` (flex at the list price: see
+        :func:`~src.billing.prices.cap_mode`)."""
+        price = self.mode_price(cap_mode(mode))
         if price is None:
             return 0.0
         return price.cost(self.counter.bound(request), request.max_tokens)
@@ -146,7 +147,7 @@ class Meter:
         cost = usage.get("cost")
         if isinstance(cost, (int, float)) and not isinstance(cost, bool):
             bill.cost_reported = float(cost)
-        elif (price := self.mode_price(mode)) is not None:
+        elif (price := self.mode_price(billed_mode(mode, billed.service_tier))) is not None:
             reported_prompt = bill.prompt_tokens - bill.estimated_prompt_tokens
             reported_completion = bill.completion_tokens - bill.estimated_completion_tokens
             bill.cost_price_table = price.cost(reported_prompt, reported_completion)

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from src.backends.base import ChatRequest
-from src.billing.prices import ESTIMATE, MIXED, MODES, TOKENIZER, Price, TokenCounter
+from src.billing.prices import ESTIMATE, MIXED, MODES, TOKENIZER, Price, TokenCounter, cap_mode
 
 #: Hours the Batch API may take (OpenAI's only completion window).
 BATCH_WINDOW_H = 24.0
@@ -84,7 +84,7 @@ def plan_configuration(
         "datasets": datasets,
     }
     prompt, output = totals.get("prompt_token_bound", 0), totals.get("output_token_ceiling", 0)
-    plan.update(plan_costs(mode_price, prompt, output))
+    plan.update(plan_costs(None if price is None else price.for_mode(cap_mode(mode)), prompt, output))
     plan["modes"] = mode_table(price, prompt, output, totals.get("to_send", 0), concurrency, min_tokens_per_s)
     return plan
 
@@ -106,12 +106,15 @@ def mode_table(
     concurrency: int | None,
     min_tokens_per_s: float | None,
 ) -> dict[str, dict[str, Any]]:
-    """Per mode: the cost ceiling, whether the model file prices the mode itself, and the wait."""
+    """Per mode: the cost ceiling (the cap's), the cost were every reply billed at the mode's own
+    rates, whether the model file prices the mode itself, and the wait."""
     table = {}
     for mode in MODES:
         priced = None if price is None else price.for_mode(mode)
+        capped = None if price is None else price.for_mode(cap_mode(mode))
         table[mode] = {
-            "ceiling_cost_usd": None if priced is None else priced.cost(prompt_tokens, output_tokens),
+            "ceiling_cost_usd": None if capped is None else capped.cost(prompt_tokens, output_tokens),
+            "at_mode_rates_usd": None if priced is None else priced.cost(prompt_tokens, output_tokens),
             "list_price_stands_in": bool(priced is not None and priced.fallback),
             "wait": expected_wait(mode, to_send, output_tokens, concurrency, min_tokens_per_s),
         }

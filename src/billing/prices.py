@@ -21,8 +21,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
-
 from src.backends.base import ChatRequest
 from src.config.errors import ConfigError
 
@@ -33,6 +31,21 @@ CHARS_PER_TOKEN = 4
 #: Tokens a chat template may add per message (role markers, separators), over the bound.
 TEMPLATE_TOKENS_PER_MESSAGE = 8
 MODES = ("sync", "batch", "flex")
+
+
+def cap_mode(mode: str) -> str:
+    """The rates that bound an attempt's bill in ``mode``: OpenAI may serve a flex request at its
+    standard tier (the reply's ``service_tier`` says which) and bills that at the list price, so
+    the cap and the plan's ceiling hold a flex attempt at the list price."""
+    return "sync" if mode == "flex" else mode
+
+
+def billed_mode(mode: str, service_tier: object) -> str:
+    """The mode a reply is priced in: flex only where the reply says flex served it, or says
+    nothing of its tier (a provider that ignores the field)."""
+    if mode == "flex" and isinstance(service_tier, str) and service_tier != "flex":
+        return "sync"
+    return mode
 
 
 @dataclass(frozen=True)
@@ -104,15 +117,6 @@ def price_from_block(block: Any, where: str = "model.price") -> Price:
     )
 
 
-def model_price(cfg: DictConfig) -> Price | None:
-    """The model file's ``price`` block; a local model without one is free; an API model without
-    one has no known price (None)."""
-    block = cfg.model.get("price")
-    if block is None:
-        return None if str(cfg.model.backend) == "openai" else Price(0.0, 0.0, None, "local model")
-    return price_from_block(OmegaConf.to_container(block, resolve=True))
-
-
 class TokenCounter:
     """Tokens of a request or a text: exact where a tokenizer is at hand, else characters / 4."""
 
@@ -164,12 +168,13 @@ def _quiet_native_stderr() -> Iterator[None]:
         os.close(saved)
 
 
-def token_counter(cfg: DictConfig) -> TokenCounter:
-    """The model's tokenizer where it is cheap and local: the GGUF's vocabulary for a llama.cpp model
-    (completion prompts, which are the text as sent; chat prompts add a template and are estimated),
-    ``model.tokenizer`` (a Hugging Face id already downloaded) for any model; else the estimate."""
-    options = OmegaConf.to_container(cfg.model.get("options") or {}, resolve=True)
-    hf_name = cfg.model.get("tokenizer")
+def token_counter(model: Any) -> TokenCounter:
+    """The tokenizer of ``model`` (a :class:`~src.config.schema.Model`) where it is cheap and local: the
+    GGUF's vocabulary for a llama.cpp model (completion prompts, which are the text as sent; chat
+    prompts add a template and are estimated), ``model.tokenizer`` (a Hugging Face id already
+    downloaded) for any model; else the estimate."""
+    options = model.options
+    hf_name = model.tokenizer
     if hf_name:
         try:
             from transformers import AutoTokenizer
@@ -188,13 +193,13 @@ def token_counter(cfg: DictConfig) -> TokenCounter:
             return len(tokenizer.encode(value, add_special_tokens=False))
 
         return TokenCounter(plain, chat, str(hf_name), text)
-    if str(cfg.model.backend) == "llamacpp":
+    if model.backend == "llamacpp":
         try:
             import llama_cpp
 
             from src.backends.gguf_files import gguf_path
 
-            path = gguf_path(str(cfg.model.model_id), options.get("gguf_file"), options.get("gguf_package"))
+            path = gguf_path(model.model_id, options.get("gguf_file"), options.get("gguf_package"))
             with _quiet_native_stderr():
                 vocab = llama_cpp.Llama(model_path=str(path), vocab_only=True, verbose=False)
         except Exception:  # noqa: BLE001 - no llama.cpp or no file: the stated estimate

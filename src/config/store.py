@@ -17,4 +17,5 @@ def register_config() -> None:
     from src.config.params import register_resolver
 
     register_resolver()
-    ConfigStore.instance().store(group="backend_options", name="openai", node=options.defaults())
+    for name, defaults in options.GROUPS.items():
+        ConfigStore.instance().store(group="backend_options", name=name, node=defaults())

@@ -62,6 +62,7 @@ from typing import Any
 
 import yaml
 
+from src.backends import options as backend_options
 from src.backends.base import Backend, GenerationResult
 from src.cli import setup_logging
 from src.config.locate import conf_dir
@@ -78,8 +79,8 @@ from src.derive.typo_rule import RULE_KIND, char_noise_rule
 log = logging.getLogger(__name__)
 
 RULE_GENERATOR = {"backend": "rule", "model_id": RULE_KIND}
-CONF_DIR = conf_dir()
-MODEL_CONFIG_DIR = CONF_DIR / "model"  # the --generator files
+
+MODEL_CONFIG_DIR = conf_dir("model")  # the --generator files
 #: The usage counts the stats sum: what the answers cost. ``prompt_tokens_reused`` (llama.cpp's
 #: prefix cache) depends on which requests were cached and in what order they ran, so it is left out.
 USAGE_KEYS = ("prompt_tokens", "completion_tokens", "cost")
@@ -301,7 +302,7 @@ def model_config_path(args: argparse.Namespace) -> Path | None:
 
 def read_model_file(path: Path) -> dict[str, Any]:
     """A ``conf/model`` file as Hydra composes it for ``src.run``: the defaults its
-    ``/backend_options/NAME@options`` entry names (``conf/backend_options/NAME.yaml``) under the
+    ``/backend_options/NAME@options`` entry names (:data:`src.backends.options.GROUPS`) under the
     file's own ``options``; any other ``defaults`` entry is an error, not silently dropped."""
     config = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     defaults: dict[str, Any] = {}
@@ -309,9 +310,10 @@ def read_model_file(path: Path) -> dict[str, Any]:
         if entry == "_self_":
             continue
         group, _, package = str(entry).partition("@")
-        if package != "options" or not group.startswith("/backend_options/"):
+        name = group.removeprefix("/backend_options/")
+        if package != "options" or name == group or name not in backend_options.GROUPS:
             raise ValueError(f"{path}: defaults entry {entry!r} is not /backend_options/NAME@options")
-        defaults.update(yaml.safe_load((CONF_DIR / f"{group.strip('/')}.yaml").read_text(encoding="utf-8")) or {})
+        defaults.update(backend_options.GROUPS[name]())
     config["options"] = {**defaults, **(config.get("options") or {})}
     return config
 

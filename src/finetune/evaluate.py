@@ -26,14 +26,8 @@ from src.finetune.mlflow_logging import find_training_run
 from src.finetune.models import MODEL_SPECS
 from src.finetune.predict import TokenClassifier
 from src.scoring.evaluate import InstanceOutput
-from src.tracking.evaluation import (
-    DatasetPlan,
-    RunRecord,
-    ScoringOptions,
-    SystemOutput,
-    evaluate_configuration,
-    write_summary,
-)
+from src.scoring.system import DatasetPlan, ScoringOptions, SystemOutput
+from src.tracking.evaluation import RunRecord, evaluate_configuration, write_summary
 from src.tracking.store import data_version, default_experiment, git_commit, log_json_artifact
 
 log = logging.getLogger("src.finetune.evaluate")

@@ -114,7 +114,7 @@ def get_strategy(name: str, k: int | None = None) -> Strategy:
 
 
 def strategy_from_config(cfg: Mapping, where: str = "strategy config") -> Strategy:
-    """Validate a ``conf/strategy/*.yaml`` node (a mapping or DictConfig) into a Strategy.
+    """Validate a ``conf/strategy/*.yaml`` node (a mapping) into a Strategy.
 
     The reasoning types come from the name (:func:`components_of`); a key the file may not set
     (such as ``components``, which the name already fixes) is an error, not silently ignored.

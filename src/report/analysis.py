@@ -137,13 +137,14 @@ def provenance_table(runs: pd.DataFrame) -> pd.DataFrame:
 
 def run_analysis(
     results: RunResults,
-    resamples: int = 1000,
-    seed: int = 0,
-    alpha: float = 0.05,
-    correction: str = "holm",
+    resamples: int,
+    seed: int,
+    alpha: float,
+    correction: str,
     dimensions: dict[str, list[str]] | None = None,
 ) -> Analysis:
-    """Compute RQ1-RQ3 and the fine-tuned comparisons from loaded run results (no file is written)."""
+    """Compute RQ1-RQ3 and the fine-tuned comparisons from loaded run results (no file is written);
+    the settings' defaults are params.yaml's ``analysis`` block, read by :mod:`src.analyze`."""
     if correction not in rq.CORRECTIONS:
         raise ValueError(f"unknown correction {correction!r}; choose one of {sorted(rq.CORRECTIONS)}")
     timings = {}

@@ -283,7 +283,7 @@ def draw_all(analysis: Analysis, directory: Path) -> dict[str, list[Path]]:
         else analysis.strategy_pairs
     )
     grid = heatmap.f1_grid(analysis)
-    flags = heatmap.quality_flags(analysis.results.scores, heatmap.warn_rate())
+    flags = heatmap.flags_of(analysis.results)
     return {
         "heatmap": draw_heatmap(grid, flags, directory / "heatmap_f1"),
         "rq1": rq1_bars(analysis.rq1, directory / "rq1_transfer", c),

@@ -16,13 +16,13 @@ from __future__ import annotations
 import html
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
-from src.config.locate import conf_dir
+from src.config import values
+from src.config.locate import config_default
 from src.report import rq
 from src.runs.verdict import WATCHED
 from src.scoring.stats import bootstrap_f1, observed_f1, p_better, resample_counts, two_sided
@@ -31,24 +31,33 @@ from src.study import TASK_ORDER
 if TYPE_CHECKING:
     from src.report.analysis import Analysis
 
-#: The end-of-run verdict's default threshold (conf/config.yaml ``warn_rate``).
-DEFAULT_WARN_RATE = 0.05
 FLAG = "\u26a0"  # ⚠
 SIGNIFICANT, RAW_ONLY = "*", "\u00b0"  # corrected p < alpha; raw p < alpha only
 CMAP = "RdYlGn"
 
 
-def warn_rate(config: Path | None = None) -> float:
-    """``warn_rate`` of conf/config.yaml (the run's verdict threshold), :data:`DEFAULT_WARN_RATE` without one."""
-    import yaml
+def default_warn_rate() -> float:
+    """``warn_rate`` of conf/config.yaml, checked as a run checks it: for runs that logged none."""
+    return values.rate(config_default("warn_rate"), "warn_rate")
 
-    path = config or conf_dir("config.yaml")
-    try:
-        value = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("warn_rate", DEFAULT_WARN_RATE)
-        value = float(value)
-    except (OSError, TypeError, ValueError, yaml.YAMLError):
-        return DEFAULT_WARN_RATE
-    return value if 0 <= value <= 1 else DEFAULT_WARN_RATE
+
+def run_warn_rates(runs: pd.DataFrame) -> dict[str, float]:
+    """Each configuration's threshold: the ``warn_rate`` its run was made with (a param), so a run's
+    ``warn_rate=`` override is the one its cells are flagged under; the default for runs without one."""
+    default = None
+    rates = {}
+    for config in runs.index:
+        value = runs.loc[config, "warn_rate"] if "warn_rate" in runs.columns else None
+        if value is None or (isinstance(value, float) and np.isnan(value)):
+            default = default_warn_rate() if default is None else default
+            value = default
+        rates[str(config)] = float(value)
+    return rates
+
+
+def flags_of(results) -> dict[tuple[str, str], list[str]]:
+    """The cells of ``results`` (a :class:`~src.report.loading.RunResults`) above their run's warn_rate."""
+    return quality_flags(results.scores, run_warn_rates(results.runs))
 
 
 @dataclass
@@ -105,14 +114,16 @@ def f1_grid(analysis: Analysis) -> Grid:
     return Grid(f1, aligned("f1_ci_low"), aligned("f1_ci_high"), dict(columns))
 
 
-def quality_flags(scores: pd.DataFrame, warn_rate: float) -> dict[tuple[str, str], list[str]]:
-    """(configuration, task/dataset) -> what exceeds ``warn_rate`` there, e.g. ``["parse failures 12.5%"]``."""
+def quality_flags(scores: pd.DataFrame, warn_rate: float | Mapping[str, float]) -> dict[tuple[str, str], list[str]]:
+    """(configuration, task/dataset) -> what exceeds its ``warn_rate`` (one for all, or per
+    configuration) there, e.g. ``["parse failures 12.5%"]``."""
     flags: dict[tuple[str, str], list[str]] = {}
     for row in scores.to_dict("records"):
+        rate = warn_rate if isinstance(warn_rate, (int, float)) else warn_rate[row["config"]]
         over = [
             f"{label} {row[metric]:.1%}"
             for metric, label in WATCHED
-            if isinstance(row.get(metric), (int, float)) and not np.isnan(row[metric]) and row[metric] > warn_rate
+            if isinstance(row.get(metric), (int, float)) and not np.isnan(row[metric]) and row[metric] > rate
         ]
         if over:
             flags[row["config"], f"{row['task']}/{row['dataset']}"] = over

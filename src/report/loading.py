@@ -55,6 +55,7 @@ RUN_PARAM_COLUMNS = (
     "inductive_plus",
     "size_series",
     "seed",
+    "warn_rate",
     "limit",
     "git_commit",
     "data_version",
@@ -192,6 +193,7 @@ def run_row(
     row["strategy"] = row["strategy"] or tags.get("strategy") or ""
     row["params_total_b"] = _as_float(row["params_total_b"])
     row["params_active_b"] = _as_float(row["params_active_b"])
+    row["warn_rate"] = _as_float(row["warn_rate"])
     row["inductive_plus"] = _as_bool(row["inductive_plus"])
     if row["size_series"] in (None, "", "None", "null"):
         row["size_series"] = None

@@ -243,7 +243,7 @@ def write_tables(analysis: Analysis, directory: Path) -> dict[str, Path]:
         written["size_curves"] = _write(analysis.size_curves, directory, "rq3_size_curves", index=False)
         written["size_trend"] = _write(analysis.size_trend, directory, "rq3_size_trend", index=False)
     written["error_types"] = _write(analysis.errors, directory, "error_types", index=False)
-    flags = heatmap.quality_flags(scores, heatmap.warn_rate())
+    flags = heatmap.flags_of(results)
     written["heatmap_f1"] = _write(
         heatmap.heatmap_long(heatmap.f1_grid(analysis), flags, results.runs),
         directory,

@@ -18,7 +18,7 @@ from src.redact import redact_uris
 from src.report.analysis import instance_table
 from src.report.browser import page_name, pages_with
 from src.report.findings import Finding, findings
-from src.report.heatmap import FLAG, RAW_ONLY, SIGNIFICANT, f1_grid, gap_matrix, heatmap_html, quality_flags, warn_rate
+from src.report.heatmap import FLAG, RAW_ONLY, SIGNIFICANT, f1_grid, flags_of, gap_matrix, heatmap_html, run_warn_rates
 from src.report.prose import (
     CORRECTION_NAMES,
     error_sentences,
@@ -96,16 +96,21 @@ def finding_lines(items: list[Finding]) -> list[str]:
     return [f"{n}. {f.text} ([table]({f.table}))" for n, f in enumerate(items, 1)] + [""]
 
 
-def quality_lines(analysis: Analysis, flags: Mapping[tuple[str, str], list[str]], rate: float) -> list[str]:
-    """The legend of the heatmap's warning mark, and the flagged cells."""
+def quality_lines(analysis: Analysis, flags: Mapping[tuple[str, str], list[str]], rates: list[float]) -> list[str]:
+    """The legend of the heatmap's warning mark (the runs' warn_rate), and the flagged cells."""
     watched = ", ".join(label for _, label in WATCHED)
+    rate = (
+        f"warn_rate {rates[0]:.0%}"
+        if len(rates) == 1
+        else "each run's warn_rate (" + ", ".join(f"{r:.0%}" for r in rates) + ")"
+    )
     logged = [m for m, _ in WATCHED if m in analysis.results.scores.columns]
     if not logged:
         return [f"Answer quality ({watched}) was not logged for these runs, so no cell can be flagged.", ""]
     if not flags:
-        return [f"No cell has {watched} above warn_rate {rate:.0%}.", ""]
+        return [f"No cell has {watched} above {rate}.", ""]
     lines = [
-        f"{FLAG} marks the {len(flags)} cell(s) where {watched} exceed warn_rate {rate:.0%} "
+        f"{FLAG} marks the {len(flags)} cell(s) where {watched} exceed {rate} "
         "(the run's end-of-run warning); their F1 counts answers not to trust:",
         "",
     ]
@@ -164,8 +169,8 @@ def build_report(
     results, c = analysis.results, analysis.correction
     cname = CORRECTION_NAMES.get(c, c)
     runs = results.runs
-    rate = warn_rate()
-    flags = quality_flags(results.scores, rate)
+    rates = sorted(set(run_warn_rates(runs).values()))
+    flags = flags_of(results)
     gaps = read_gaps(tables.get("generalization_gap"))
     lines = ["# Temporal extraction generalization study: results", ""]
     lines += header_lines(analysis, profile)
@@ -185,7 +190,7 @@ def build_report(
         ),
         "",
     ]
-    lines += quality_lines(analysis, flags, rate)
+    lines += quality_lines(analysis, flags, rates)
     lines += ["## Generalization gap per dimension", ""] + gap_lines(analysis, tables)
     lines += [
         "## Methods",
@@ -388,7 +393,7 @@ def render_html(text: str, analysis: Analysis, out: Path) -> str:
     picture = re.compile(r'<p><img alt="[^"]*" src="figures/heatmap_f1\.png" ?/?></p>')
     if picture.search(body):
         grid = f1_grid(analysis)
-        table = heatmap_html(grid, quality_flags(analysis.results.scores, warn_rate()), instance_link(out))
+        table = heatmap_html(grid, flags_of(analysis.results), instance_link(out))
         body = picture.sub(lambda _: table, body, count=1)
     return HTML_PAGE.format(body=body)
 

@@ -18,30 +18,15 @@ import signal
 import time
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
-
 from src.billing.ledger import reserve, spent, usd
 from src.billing.usage import spend_line
-from src.config.checks import check_rate
 from src.config.errors import ConfigError
-from src.runs.configure import (
-    budget_from_config,
-    check_config,
-    configured_system,
-    lock_wait_s,
-    plan_of,
-    run_record,
-)
+from src.config.schema import RunConfig
+from src.runs.configure import configured_system, plan_of, planned_datasets, run_record
 from src.runs.prompted import PromptedSystem
 from src.runs.verdict import run_verdict
-from src.tracking.evaluation import (
-    DatasetPlan,
-    ScoringOptions,
-    evaluate_configuration,
-    report_failures,
-    run_usage,
-    write_summary,
-)
+from src.scoring.system import DatasetPlan, ScoringOptions
+from src.tracking.evaluation import evaluate_configuration, report_failures, run_usage, write_summary
 from src.tracking.health import (
     StoreUnusable,
     check_store,
@@ -101,35 +86,72 @@ class Interrupted(RuntimeError):
         self.code = code
 
 
-def check_tracking_store(cfg: DictConfig) -> str:
+def check_tracking_store(config: RunConfig) -> str:
     """The tracking URI, once the store is known to be usable (not corrupt, not locked)."""
-    uri = resolve_tracking_uri(cfg.mlflow.tracking_uri)
+    uri = resolve_tracking_uri(config.mlflow.tracking_uri)
     try:
-        check_store(uri, lock_wait_s(cfg))
+        check_store(uri, config.mlflow.lock_wait_s)
     except StoreUnusable as error:
         raise StoreError(str(error)) from None
     return uri
 
 
-def run(cfg: DictConfig) -> int:
+def run(config: RunConfig) -> int:
     """Run the configuration; returns the process exit code (1 when requests failed)."""
     for name in QUIET_LOGGERS:
         logging.getLogger(name).setLevel(logging.WARNING)
-    strategy, options, files = check_config(cfg)
-    budget = budget_from_config(cfg)
-    store_uri = check_tracking_store(cfg)
-    secrets = config_secrets(OmegaConf.to_container(cfg, resolve=True))
-    system, plans = configured_system(cfg, strategy, options, files)
-    record = run_record(cfg, strategy, options, [path for _, _, path in files], system.backend.cache_identity())
-    plan = plan_of(cfg, system, plans)
+    files = planned_datasets(config)
+    store_uri = check_tracking_store(config)
+    secrets = config_secrets(config.raw)
+    system, plans = configured_system(config, files)
+    record = run_record(config, [path for _, _, path in files], system.backend.cache_identity())
+    plan = plan_of(config, system, plans)
+    reservation = reserve_plan(config, plan, system)
+    opened_ms = int(time.time() * 1000) - 1000  # a run this process opens starts after this
+    try:
+        outcome = evaluate_configuration(
+            record,
+            plans,
+            system,
+            ScoringOptions(
+                config.scoring.bootstrap_resamples,
+                config.scoring.bootstrap_seed,
+                config.scoring.lowercase,
+                config.scoring.variants,
+            ),
+            config.mlflow.experiment,
+            config.mlflow.tracking_uri,
+            secrets,
+            lambda: log_config(config, plan, secrets),
+            evidence=config.evidence,
+        )
+    except StoreError:
+        raise  # the store refused before the run opened: exit 2, nothing sent
+    except KeyboardInterrupt:
+        cached, total = answers_cached(system, plans)
+        line = f"interrupted: {cached} of {total} answers cached; the same command resumes"
+        raise Interrupted(line, stop_code()) from None
+    except Exception as error:
+        if not is_store_fault(error):
+            raise
+        raise StoreFailedMidRun(store_fault_line(config, store_uri, record.run_name, opened_ms, error)) from None
+    finally:  # what was sent is spent, whether the run finished, failed or was stopped
+        reservation.settle(system.meter.spend())
+    return conclude(config, record, outcome, system, plan)
+
+
+def reserve_plan(config: RunConfig, plan: dict, system: PromptedSystem):
+    """Reserve the plan's ceiling in the run's ledger (one ``error: budget: ...`` line when it does
+    not fit), hand the reservation to the meter and record it in the plan."""
+    budget = config.budget
     before = spent(budget)
-    reservation = reserve(budget, record.run_name, plan["ceiling_cost_usd"], int(plan["to_send"]))
+    reservation = reserve(budget, config.run_name, plan["ceiling_cost_usd"], int(plan["to_send"]))
     for note in reservation.notes:
         log.warning("%s", note)
     system.meter.reservation = reservation
     plan["budget"] = {
         **{k: v for k, v in budget.__dict__.items() if k != "ledger_file"},
-        "ledger_file": str(budget.ledger_file),
+        "ledger_file": None if budget.ledger_file is None else str(budget.ledger_file),
         "spent_before": before,
         "reserved": {"cost_usd": reservation.cost_usd, "requests": reservation.requests},
     }
@@ -141,54 +163,28 @@ def run(cfg: DictConfig) -> int:
         plan["mode"],
         "unknown (no price)" if plan["ceiling_cost_usd"] is None else usd(plan["ceiling_cost_usd"]),
     )
-
-    def log_config() -> None:
-        import mlflow
-
-        resolved = redact(OmegaConf.to_container(cfg, resolve=True), secrets)
-        log_json_artifact(resolved, "config/resolved.json", secrets)
-        log_json_artifact(plan, "plan.json", secrets)
-        if plan["ceiling_cost_usd"] is not None:
-            mlflow.log_metric("usage.plan_ceiling_cost_usd", float(plan["ceiling_cost_usd"]))
-
-    scoring = ScoringOptions(
-        int(cfg.scoring.bootstrap_resamples),
-        int(cfg.scoring.bootstrap_seed),
-        bool(cfg.scoring.lowercase),
-        tuple(cfg.scoring.get("variants") or ()),
-    )
     quiet_store_tracebacks()
-    opened_ms = int(time.time() * 1000) - 1000  # a run this process opens starts after this
-    try:
-        outcome = evaluate_configuration(
-            record,
-            plans,
-            system,
-            scoring,
-            str(cfg.mlflow.experiment),
-            cfg.mlflow.tracking_uri,
-            secrets,
-            log_config,
-            evidence=OmegaConf.select(cfg, "evidence", default=None),
-        )
-    except StoreError:
-        raise  # the store refused before the run opened: exit 2, nothing sent
-    except KeyboardInterrupt:
-        cached, total = answers_cached(system, plans)
-        line = f"interrupted: {cached} of {total} answers cached; the same command resumes"
-        raise Interrupted(line, stop_code()) from None
-    except Exception as error:
-        if not is_store_fault(error):
-            raise
-        raise StoreFailedMidRun(store_fault_line(cfg, store_uri, record.run_name, opened_ms, error)) from None
-    finally:  # what was sent is spent, whether the run finished, failed or was stopped
-        reservation.settle(system.meter.spend())
-    if cfg.get("summary"):
-        write_summary(Path(cfg.summary), record, outcome)
+    return reservation
+
+
+def log_config(config: RunConfig, plan: dict, secrets: tuple[str, ...]) -> None:
+    """The run's resolved configuration and plan, inside its MLflow run (secrets redacted)."""
+    import mlflow
+
+    log_json_artifact(redact(config.raw, secrets), "config/resolved.json", secrets)
+    log_json_artifact(plan, "plan.json", secrets)
+    if plan["ceiling_cost_usd"] is not None:
+        mlflow.log_metric("usage.plan_ceiling_cost_usd", float(plan["ceiling_cost_usd"]))
+
+
+def conclude(config: RunConfig, record, outcome, system: PromptedSystem, plan: dict) -> int:
+    """Write the summary, name the failures, say what was spent and the verdict; the exit code."""
+    if config.summary:
+        write_summary(Path(config.summary), record, outcome)
     for line in report_failures(outcome):
         log.error("%s (re-run the same command to complete them from the cache)", line)
     log.info("%s", spend_line(run_usage(outcome), plan["ceiling_cost_usd"]))
-    summary, warnings = run_verdict(outcome, system.answer_rates, check_rate(cfg.get("warn_rate"), "warn_rate"))
+    summary, warnings = run_verdict(outcome, system.answer_rates, config.warn_rate)
     for line in summary:
         log.info("%s", line)
     for line in warnings:
@@ -206,12 +202,12 @@ def answers_cached(system: PromptedSystem, plans: list[DatasetPlan]) -> tuple[in
     return cached, len(requests)
 
 
-def store_fault_line(cfg: DictConfig, uri: str, run_name: str, opened_ms: int, error: BaseException) -> str:
+def store_fault_line(config: RunConfig, uri: str, run_name: str, opened_ms: int, error: BaseException) -> str:
     """Mark this process's run FAILED (waiting a bounded time for the store) and say what happened."""
-    wait = lock_wait_s(cfg)
+    wait = config.mlflow.lock_wait_s
     what = f"tracking store {shown(uri)} failed during the run ({fault_summary(error)})"
     try:
-        close_own_runs(uri, str(cfg.mlflow.experiment), run_name, opened_ms, wait)
+        close_own_runs(uri, config.mlflow.experiment, run_name, opened_ms, wait)
     except Exception:  # noqa: BLE001 - still failing after the wait: the next run closes it as stale
         return (
             f"{what}; the run could not be marked FAILED within {wait:g} s (the next run of this configuration "

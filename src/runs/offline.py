@@ -12,44 +12,46 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
+from src.backends.endpoint import API_BACKENDS
 from src.config.locate import conf_dir
+from src.config.schema import RunConfig
+from src.config.store import register_config
+from src.runs.configure import configured_system, endpoint, planned_datasets
+from src.runs.prompted import PromptedSystem
+from src.scoring.system import DatasetPlan
 
 CONFIG_DIR = conf_dir()
 
 
-def compose_config(overrides: Sequence[str]):
-    """The run's DictConfig for ``overrides``; ValueError (one line) when they do not compose."""
+def load_config(overrides: Sequence[str]) -> RunConfig:
+    """The run's typed configuration for ``overrides``, composed and checked as ``python -m src.run``
+    does; ValueError (one line, a ConfigError for a bad value) when they do not compose or check."""
     from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
-
-    from src.config.store import register_config
 
     register_config()
     try:
         with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-            return compose("config", overrides=list(overrides))
+            composed = compose("config", overrides=list(overrides))
     except HydraException as error:
         raise ValueError(str(error).splitlines()[0]) from None
+    return RunConfig.from_hydra(composed)
 
 
-def offline_system(cfg):
-    """(system, dataset plans) of a composed configuration, built without its API key or a request.
+def offline_system(config: RunConfig) -> tuple[PromptedSystem, list[DatasetPlan]]:
+    """(system, dataset plans) of a configuration, built without its API key or a request.
 
     Raises:
-        ValueError: the configuration cannot run (``src.config.checks.ConfigError`` is one).
+        ValueError: the configuration cannot run (a :class:`~src.config.errors.ConfigError`).
     """
-
-    from src.config.checks import endpoint_of
-    from src.runs.configure import check_config, configured_system
-
-    strategy, options, files = check_config(cfg)
-    model_options = endpoint_of(cfg)[1]  # the key variable follows provider=
-    key_variable = model_options.get("api_key_env", "OPENROUTER_API_KEY") if cfg.model.backend == "openai" else None
+    files = planned_datasets(config)
+    options = endpoint(config)[1]  # the key variable follows provider=
+    key_variable = options.get("api_key_env") if config.model.backend in API_BACKENDS else None
     placeholder = bool(key_variable) and not os.environ.get(key_variable)
     if placeholder:
         os.environ[key_variable] = "placeholder-for-cache-listing"
     try:
-        return configured_system(cfg, strategy, options, files)
+        return configured_system(config, files)
     finally:
         if placeholder:
             del os.environ[key_variable]
@@ -63,6 +65,6 @@ def configuration_keys(overrides: Sequence[str]) -> set[str]:
     """
     from src.backends.cache import cache_key
 
-    system, plans = offline_system(compose_config(overrides))
+    system, plans = offline_system(load_config(overrides))
     backend = system.backend
     return {cache_key(backend.key_fields(request)) for plan in plans for request in system.requests(plan)}

@@ -13,18 +13,15 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig
-
 from src import study
 from src.backends.base import ChatRequest, GenerationResult
 from src.billing.meter import Meter
-from src.billing.prices import Price
 from src.billing.usage import dataset_usage, local_bill
-from src.cli import optional_int
+from src.config.schema import Generation, RunConfig
 from src.data.schema import Record, read_records
 from src.prompts import PromptOptions, Strategy, build_request_parts, select_exemplars
 from src.scoring.evaluate import InstanceOutput
-from src.tracking.evaluation import DatasetPlan, SystemOutput
+from src.scoring.system import DatasetPlan, SystemOutput
 
 log = logging.getLogger(__name__)
 
@@ -32,22 +29,22 @@ TRAIN_SPLIT = "train"
 REFUSAL_ERROR = "refusal"
 
 
-def select_exemplars_for(cfg: DictConfig, strategy: Strategy, task: str) -> list[Record]:
+def select_exemplars_for(config: RunConfig, strategy: Strategy, task: str) -> list[Record]:
     """The inductive exemplars of a task, drawn from its train split with the run's seed."""
     if not strategy.inductive:
         return []
-    train = read_records(Path(cfg.paths.prepared) / task / f"{TRAIN_SPLIT}.jsonl")
-    return select_exemplars(train, strategy.k, int(cfg.seed), task)
+    train = read_records(Path(config.paths.prepared) / task / f"{TRAIN_SPLIT}.jsonl")
+    return select_exemplars(train, strategy.k, config.seed, task)
 
 
-def generation_budget(cfg: DictConfig, strategy: Strategy, dataset: str) -> int:
+def generation_budget(generation: Generation, strategy: Strategy, dataset: str) -> int:
     """Max new tokens: the explicit override, else the strategy's budget (both larger for
     documents), plus ``generation.max_tokens_reasoning`` for an abductive answer's steps."""
-    reasoning = (optional_int(cfg.generation.get("max_tokens_reasoning")) or 0) if strategy.abductive else 0
+    reasoning = (generation.max_tokens_reasoning or 0) if strategy.abductive else 0
     if dataset in study.DOCUMENT_DATASETS:
-        override = optional_int(cfg.generation.get("max_tokens_document"))
+        override = generation.max_tokens_document
         return (strategy.max_tokens_document if override is None else override) + reasoning
-    override = optional_int(cfg.generation.max_tokens)
+    override = generation.max_tokens
     return (strategy.max_tokens if override is None else override) + reasoning
 
 
@@ -63,24 +60,17 @@ class PromptedSystem:
     """A model under a strategy: prompts each record, generates (cached), parses the answers.
 
     ``meter`` prices and caps what the backend sends (:mod:`src.billing.meter`); an HTTP backend
-    shares it, a local one's answers are added to it as they land.
+    shares it, a local one's answers are added to it as they land. ``strategy`` defaults to the
+    configuration's (``python -m src.tune_k`` tries others).
     """
 
-    def __init__(
-        self,
-        cfg: DictConfig,
-        backend,
-        strategy: Strategy,
-        options: PromptOptions,
-        price: Price | None = None,
-        meter: Meter | None = None,
-    ) -> None:
-        self.cfg = cfg
+    def __init__(self, config: RunConfig, backend, meter: Meter, strategy: Strategy | None = None) -> None:
+        self.config = config
         self.backend = backend
-        self.strategy = strategy
-        self.options = options
-        self.price = price  # for answers whose provider reports no cost
-        self.meter = meter or Meter(price)
+        self.strategy = strategy or config.strategy
+        self.options: PromptOptions = config.prompt
+        self.price = config.model.price  # for answers whose provider reports no cost
+        self.meter = meter
         inner = getattr(backend, "backend", backend)  # the HTTP backend inside CachedBackend
         if hasattr(inner, "meter"):
             inner.meter = self.meter
@@ -93,11 +83,11 @@ class PromptedSystem:
 
     def exemplars(self, task: str) -> list[Record]:
         if task not in self._exemplars:
-            self._exemplars[task] = select_exemplars_for(self.cfg, self.strategy, task)
+            self._exemplars[task] = select_exemplars_for(self.config, self.strategy, task)
         return self._exemplars[task]
 
     def requests(self, plan: DatasetPlan) -> list[ChatRequest]:
-        max_tokens = generation_budget(self.cfg, self.strategy, plan.dataset)
+        max_tokens = generation_budget(self.config.generation, self.strategy, plan.dataset)
         requests = []
         for record in plan.records:
             parts = build_request_parts(self.strategy, plan.task, record.text, self.exemplars(plan.task), self.options)
@@ -105,8 +95,8 @@ class PromptedSystem:
                 ChatRequest(
                     messages=parts.messages,
                     max_tokens=int(max_tokens),
-                    temperature=float(self.cfg.generation.temperature),
-                    seed=int(self.cfg.generation.seed),
+                    temperature=self.config.generation.temperature,
+                    seed=self.config.generation.seed,
                     request_id=record.id,
                     response_schema=parts.response_schema,
                     completion=parts.completion,

@@ -16,11 +16,11 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from src.data.digest import file_digest
-from src.data.schema import Record
-from src.scoring.evaluate import DatasetEvaluation, InstanceOutput, evaluate_dataset, log_evaluation
+from src.scoring.evaluate import DatasetEvaluation, evaluate_dataset, log_evaluation
+from src.scoring.system import DatasetPlan, ScoringOptions, System
 from src.study import RUN_KINDS
 from src.tracking.run_tree import parent_tags, study_tags
 
@@ -39,40 +39,6 @@ SUMMARY_METRICS = (
     "refusal_rate",
     "n",
 )
-
-
-@dataclass
-class DatasetPlan:
-    """One (task, dataset) to evaluate: where it lives and which of its records to use."""
-
-    task: str
-    dataset: str
-    path: Path
-    records: list[Record]
-
-
-@dataclass
-class SystemOutput:
-    """What a system produced for one dataset: outputs aligned with the records, or failures.
-
-    ``failures`` maps instance ids to the real cause (a request that failed after its
-    retries); a dataset with any failure is not scored (never a silent subset).
-    """
-
-    outputs: list[InstanceOutput] | None
-    failures: dict[str, str] = field(default_factory=dict)
-    usage: dict[str, float] = field(default_factory=dict)
-
-
-class System(Protocol):
-    """Anything that can answer the instances of a dataset.
-
-    A system may also define ``prepare(plans)``, called once with every plan before the first
-    ``produce``: a prompted system generates all of them there in one backend call, so its
-    workers never idle at the end of one dataset while another is waiting.
-    """
-
-    def produce(self, plan: DatasetPlan) -> SystemOutput: ...
 
 
 @dataclass
@@ -110,16 +76,6 @@ class RunRecord:
             "kind": self.kind,
             **self.tags,
         }
-
-
-@dataclass
-class ScoringOptions:
-    """How outputs are scored: bootstrap size and seed, case folding, extra scorer variants."""
-
-    resamples: int = 1000
-    seed: int = 0
-    lowercase: bool = False
-    variants: tuple[str, ...] = ()
 
 
 @dataclass

@@ -27,20 +27,15 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-import yaml
 from filelock import FileLock
-from hydra.experimental.callback import Callback
-from hydra.types import RunMode
-from omegaconf import DictConfig, OmegaConf
 
-from src.config.locate import PROJECT_ROOT, conf_dir
+from src.config.locate import PROJECT_ROOT, config_default
 from src.redact import redact_uris
 
 logger = logging.getLogger(__name__)
 
 
 LOCAL_STORE = PROJECT_ROOT / "mlruns"
-CONFIG_FILE = conf_dir("config.yaml")
 SECRET_KEY_PATTERN = re.compile(
     r"^(.*[_-])?(api[_-]?key|token|access[_-]token|secret|password|authorization)$", re.IGNORECASE
 )
@@ -55,8 +50,7 @@ MIN_SECRET_LENGTH = 4  # shorter "secrets" would redact ordinary words
 def default_experiment() -> str:
     """The MLflow experiment every run logs to: ``mlflow.experiment`` of ``conf/config.yaml``,
     its one definition (prompted runs compose it; fine-tuning, evaluation and analysis read it here)."""
-    config = yaml.safe_load(CONFIG_FILE.read_text(encoding="utf-8"))
-    return str(config["mlflow"]["experiment"])
+    return str(config_default("mlflow.experiment"))
 
 
 def tracking_uri(explicit: str | None = None) -> str:
@@ -302,43 +296,3 @@ def _named_key_variables(node: Any) -> set[str]:
     if isinstance(node, (list, tuple)):
         return set().union(*(_named_key_variables(item) for item in node)) if node else set()
     return set()
-
-
-def redact_yaml_file(path: Path, secrets: tuple[str, ...]) -> bool:
-    """Rewrite a YAML file with ``secrets`` and secret-looking keys redacted; True if it changed."""
-    text = path.read_text(encoding="utf-8")
-    tree = yaml.safe_load(text)
-    cleaned = redact(tree, secrets)
-    if cleaned == tree:
-        return False
-    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temp.write_text(OmegaConf.to_yaml(OmegaConf.create(cleaned)), encoding="utf-8")
-    os.replace(temp, path)  # atomic: concurrent multirun jobs may rewrite multirun.yaml too
-    return True
-
-
-class RedactHydraOutputs(Callback):
-    """Hydra callback: strip secrets from the config copies Hydra writes before the job runs.
-
-    Hydra saves ``config.yaml``, ``hydra.yaml`` and ``overrides.yaml`` under
-    ``<output_dir>/.hydra/`` (and ``multirun.yaml`` in a sweep's folder) verbatim, so a header
-    passed as ``+model.options.extra_headers.X-Secret=...`` would sit there in plain text.
-    Registered in ``conf/config.yaml`` under ``hydra.callbacks``.
-    """
-
-    def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
-        secrets = config_secrets(OmegaConf.to_container(config, resolve=False))
-        for path in hydra_output_files(config):
-            if redact_yaml_file(path, secrets):
-                logger.debug("redacted secrets in %s", path)
-
-
-def hydra_output_files(config: DictConfig) -> list[Path]:
-    """The YAML files Hydra wrote for this job (and its sweep) that exist."""
-    hydra_cfg = config.hydra
-    files: list[Path] = []
-    if hydra_cfg.output_subdir is not None:
-        files += sorted((Path(hydra_cfg.runtime.output_dir) / str(hydra_cfg.output_subdir)).glob("*.yaml"))
-    if hydra_cfg.mode == RunMode.MULTIRUN:
-        files.append(Path(str(hydra_cfg.sweep.dir)) / "multirun.yaml")
-    return [path for path in files if path.is_file()]

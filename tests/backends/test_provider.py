@@ -13,12 +13,19 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
 from src.backends.endpoint import EndpointError, resolve_endpoint
-from src.config.checks import ConfigError, endpoint_of
+from src.config.errors import ConfigError
+from src.config.schema import RunConfig
+from src.runs.configure import endpoint
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 API_MODELS = sorted(
     path.stem for path in (CONF / "model").glob("*.yaml") if yaml.safe_load(path.read_text())["backend"] == "openai"
 )
+
+
+def endpoint_of(cfg):
+    """The run's endpoint of a composition, typed as the entry point types it."""
+    return endpoint(RunConfig.from_hydra(cfg))
 
 
 def _compose(*overrides: str):
@@ -171,7 +178,7 @@ def test_bad_option_values_are_one_line(override, message):
 
 
 def test_an_unknown_provider_is_one_line_listing_the_choices():
-    from src.config.checks import unknown_choice_error
+    from src.config.overrides import unknown_choice_error
 
     assert (
         unknown_choice_error(["provider=vlm"])

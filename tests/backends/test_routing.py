@@ -12,8 +12,8 @@ from src.backends.base import ChatRequest
 from src.backends.endpoint import resolve_endpoint
 from src.backends.openai_backend import OpenAIBackend
 from src.backends.routing import checked_routing, provider_mismatch
-from src.config.checks import endpoint_of
-from src.runs.offline import compose_config
+from src.runs.configure import endpoint
+from src.runs.offline import load_config
 from tests.helpers.openai_server import OpenAIServer, quoted_words_answer
 from tests.helpers.paths import REPO_ROOT
 
@@ -25,8 +25,8 @@ def test_the_paper_profile_pins_every_api_model_to_one_provider():
     profile = yaml.safe_load((REPO_ROOT / "conf/profiles/paper.yaml").read_text())["sweep"]
     models = [*profile["models"], profile["adv_p_generator"]]
     for model in models:
-        cfg = compose_config([f"model={model}", f"provider={profile['provider']}"])
-        routing = endpoint_of(cfg)[1]["routing"]
+        config = load_config([f"model={model}", f"provider={profile['provider']}"])
+        routing = endpoint(config)[1]["routing"]
         assert len(routing["only"]) == 1 and routing["allow_fallbacks"] is False, model
         assert routing["require_parameters"] is True, model
 
@@ -70,12 +70,10 @@ def test_routing_is_sent_kept_in_the_cache_key_and_another_provider_is_a_mismatc
 
 
 def test_the_run_logs_its_mode_and_routing_as_params():
-    from src.prompts import PromptOptions, get_strategy
     from src.runs.configure import run_record
 
-    cfg = compose_config(["model=qwen3_moe", "model.options.mode=batch"])
-    record = run_record(cfg, get_strategy("I"), PromptOptions(), [])
+    record = run_record(load_config(["model=qwen3_moe", "model.options.mode=batch"]), [])
     assert record.params["mode"] == "batch"
     assert json.loads(record.params["routing"])["only"] == ["deepinfra"]
-    local = run_record(compose_config(["model=smollm2_135m"]), get_strategy("I"), PromptOptions(), [])
+    local = run_record(load_config(["model=smollm2_135m"]), [])
     assert "mode" not in local.params and "routing" not in local.params

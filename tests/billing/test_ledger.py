@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _race(path: str, name: str, start: float, ceiling: float, queue) -> None:
     """One of N processes reserving at the same moment: report whether it got its reservation."""
-    budget = Budget(max_cost_usd=1.0, ledger="sweep", ledger_file=Path(path))
+    budget = Budget(max_cost_usd=1.0, ledger="sweep", ledger_file=Path(path), stale_after_s=600)
     while time.time() < start:
         time.sleep(0.001)
     try:
@@ -60,7 +60,9 @@ def test_runs_that_start_at_once_never_reserve_more_than_the_cap(tmp_path: Path,
 
 
 def test_a_reservation_counts_until_settled_and_extends_only_within_the_cap(tmp_path: Path):
-    budget = Budget(max_cost_usd=1.0, max_requests=30, ledger="s", ledger_file=tmp_path / "spend.json")
+    budget = Budget(
+        max_cost_usd=1.0, max_requests=30, ledger="s", ledger_file=tmp_path / "spend.json", stale_after_s=600
+    )
     first = reserve(budget, "a", 0.5, 10)
     assert spent(budget)["reserved_cost_usd"] == 0.5 and spent(budget)["reserved_requests"] == 10
     with pytest.raises(ConfigError, match=r"\$0.5 reserved by runs in progress"):
@@ -93,7 +95,7 @@ CHILD = """
 import sys, time
 from pathlib import Path
 from src.billing.ledger import Budget, reserve
-reservation = reserve(Budget(max_cost_usd=5.0, ledger="s", ledger_file=Path(sys.argv[1])), "killed-run", 2.0, 40)
+reservation = reserve(Budget(max_cost_usd=5.0, ledger="s", ledger_file=Path(sys.argv[1]), stale_after_s=600), "killed-run", 2.0, 40)
 for n in range(3):
     reservation.record(0.25, 1, 1)
 print("reserved", flush=True)
@@ -105,7 +107,7 @@ def test_a_killed_runs_reservation_is_released_at_its_journal_by_the_next_run(tm
     ledger = tmp_path / "spend.json"
     child = subprocess.Popen([sys.executable, "-c", CHILD, str(ledger)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
     assert child.stdout.readline().strip() == "reserved"
-    budget = Budget(max_cost_usd=5.0, ledger="s", ledger_file=ledger)
+    budget = Budget(max_cost_usd=5.0, ledger="s", ledger_file=ledger, stale_after_s=600)
     live = read_ledger(ledger)["reservations"]["s"]
     assert [r["run"] for r in live] == ["killed-run"] and stale_reason(live[0], 600) is None
     with pytest.raises(ConfigError, match=r"\$2.00 reserved by runs in progress"):

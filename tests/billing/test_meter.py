@@ -62,3 +62,15 @@ def test_without_a_cap_every_attempt_is_admitted_and_still_counted():
     for admission in admissions:
         meter.settle(admission, BilledReply({"prompt_tokens": 3, "completion_tokens": 1, "cost": 1e-6}))
     assert meter.total.cost_reported == pytest.approx(50e-6) and meter.spend()["requests"] == 50
+
+
+def test_a_flex_attempt_is_held_at_the_list_price_and_billed_at_the_tier_that_served_it():
+    meter = Meter(Price(1.0, 2.0, modes={"flex": (0.5, 1.0)}), TokenCounter())
+    assert meter.ceiling(REQUEST, "flex") == meter.ceiling(REQUEST, "sync")  # the standard tier may serve it
+    usage = {"prompt_tokens": 90, "completion_tokens": 10}
+    flex = meter.price_attempt(REQUEST, BilledReply(usage, service_tier="flex"), "flex")
+    standard = meter.price_attempt(REQUEST, BilledReply(usage, service_tier="default"), "flex")
+    unnamed = meter.price_attempt(REQUEST, BilledReply(usage), "flex")
+    assert flex.cost_price_table == pytest.approx((90 * 0.5 + 10 * 1.0) / 1e6)
+    assert standard.cost_price_table == pytest.approx(2 * flex.cost_price_table)
+    assert unnamed.cost_price_table == flex.cost_price_table

@@ -183,6 +183,8 @@ class OpenAIServer:
         count_tokens: the server's tokenizer (text -> tokens) for the usage it reports and bills
             (None: whitespace-separated words).
         price_in_per_token, price_out_per_token: the prices of ``usage.cost`` and ``billed_cost``.
+        tier_of: the ``service_tier`` an answer to a body reports (None: no field), as OpenAI
+            reports the tier that served a flex request; a ``flex`` answer is billed at half price.
     """
 
     def __init__(
@@ -204,6 +206,7 @@ class OpenAIServer:
         count_tokens: Callable[[str], int] | None = None,
         price_in_per_token: float = 1e-6,
         price_out_per_token: float = 1e-6,
+        tier_of: Callable[[dict], str | None] | None = None,
     ) -> None:
         if when_busy not in ("queue", "429"):
             raise ValueError(f"when_busy must be queue or 429, got {when_busy!r}")
@@ -226,6 +229,7 @@ class OpenAIServer:
         self.count_tokens = count_tokens or (lambda text: len(text.split()))
         self.price_in_per_token = price_in_per_token
         self.price_out_per_token = price_out_per_token
+        self.tier_of = tier_of or (lambda body: None)
         self.billed: Counter[str] = Counter()  # responses, prompt_tokens, completion_tokens
         self.billed_cost = 0.0
         self.billed_by_prompt: Counter[str] = Counter()  # prompt -> billed replies
@@ -353,7 +357,8 @@ class OpenAIServer:
         """The usage the server bills for generating ``generated`` in answer to ``body``."""
         prompt, completion = self.prompt_tokens(body), self.count_tokens(generated)
         usage = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
-        usage["cost"] = round(self.price_in_per_token * prompt + self.price_out_per_token * completion, 12)
+        share = 0.5 if self.tier_of(body) == "flex" else 1.0
+        usage["cost"] = round(share * (self.price_in_per_token * prompt + self.price_out_per_token * completion), 12)
         return usage
 
     def bill(self, usage: dict, kind: str | None = None, prompt: str | None = None) -> None:
@@ -390,6 +395,7 @@ class OpenAIServer:
             "created": int(time.time()),
             "model": self.served_model or body.get("model", ""),
             **self.extra_fields,
+            **({"service_tier": tier} if (tier := self.tier_of(body)) is not None else {}),
             "choices": [choice],
             "usage": usage,
         }

@@ -15,10 +15,12 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from src.config.checks import CONF_DIR, unknown_choice_error
 from src.config.errors import ConfigError
+from src.config.locate import conf_dir
+from src.config.overrides import unknown_choice_error
+from src.config.schema import RunConfig
 from src.data.schema import write_records
-from src.runs.lifecycle import run
+from src.runs.lifecycle import run as run_typed
 from src.tracking.store import StoreError
 from tests.helpers.openai_server import FakeOpenAIServer
 from tests.helpers.paths import REPO_ROOT
@@ -26,6 +28,14 @@ from tests.helpers.resumable_run import (
     answer as _answer,
     records as _records,
 )
+
+CONF = conf_dir()
+
+
+def run(cfg) -> int:
+    """What ``main`` does with a composition: type it (the checks), then run it."""
+    return run_typed(RunConfig.from_hydra(cfg))
+
 
 # (override(s), what the one-line error must contain)
 BAD = [
@@ -99,7 +109,7 @@ def overrides(workspace: Path, server: FakeOpenAIServer) -> list[str]:
 
 
 def first_error(workspace: Path, server: FakeOpenAIServer, override: str) -> str:
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose("config", overrides=[*overrides(workspace, server), *override.split()])
     with pytest.raises((ConfigError, StoreError)) as info:
         run(cfg)
@@ -126,7 +136,7 @@ def test_the_key_variable_of_the_model_does_not_hide_a_bad_url(workspace: Path, 
     tried and fail as a connection error on every request)."""
     monkeypatch.setenv("TEMPGEN_OWN_KEY", "own-key-1234")
     with FakeOpenAIServer(answer=_answer) as server:
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
             cfg = compose(
                 "config",
                 overrides=[

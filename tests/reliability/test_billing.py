@@ -142,6 +142,26 @@ def test_the_spend_counted_is_what_the_server_billed_to_the_token(workspace: Pat
     assert "spent $" in done.stdout and "billed attempts of" in done.stdout
 
 
+def test_flex_replies_are_priced_at_the_tier_that_served_them(workspace: Path, fault_free: dict):
+    """OpenAI bills a flex request its standard tier served at the list price and says so in
+    ``service_tier``; replies report no cost, so the run prices each at the tier it names."""
+
+    def tier(body: dict) -> str:
+        return "default" if int(last_user_message(body).rstrip().split("Sentence ")[-1].split()[0]) % 4 == 0 else "flex"
+
+    flex_price = f"+model.price.flex={{input_per_mtok:{PRICE_IN * 1e6 / 2},output_per_mtok:{PRICE_OUT * 1e6 / 2}}}"
+    with _server(report_cost=False, tier_of=tier) as server:
+        done = _run(workspace, server, "flex", "model.options.mode=flex", flex_price)
+        billed_cost, bodies = server.billed_cost, list(server.bodies)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert {body.get("service_tier") for body in bodies} == {"flex"}
+    usage = _usage(workspace, "flex")
+    assert usage["cost_price_table"] == pytest.approx(billed_cost, rel=1e-9) and usage["cost_estimated"] == 0
+    all_flex = (PRICE_IN * usage["prompt_tokens"] + PRICE_OUT * usage["completion_tokens"]) / 2
+    assert usage["cost"] > all_flex * 1.1  # a quarter served at the list price: not half price throughout
+    assert _summary(workspace, "flex")["metrics"] == fault_free["metrics"]
+
+
 def test_a_model_that_refuses_everything_is_answered_counted_and_flagged_never_retried(workspace: Path):
     with _server(fault_rate=1.0, kinds=("refusal",)) as server:
         done = _run(workspace, server, "refusals")

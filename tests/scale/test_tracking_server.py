@@ -111,7 +111,8 @@ def test_joblib_sweep_logs_runs_and_artifacts_to_a_tracking_server(tracking_serv
     assert len(stored) == 4
 
     # a pulled study's evidence restored into the team server: once, artifacts proxied, nothing else touched
-    from src.tracking.evaluation import DatasetPlan, RunRecord, ScoringOptions, evaluate_configuration
+    from src.scoring.system import DatasetPlan, ScoringOptions
+    from src.tracking.evaluation import RunRecord, evaluate_configuration
     from src.tracking.evidence import SOURCE_RUN_TAG, restore_runs
     from tests.test_evidence import RECORDS, EchoSystem
 
@@ -123,7 +124,7 @@ def test_joblib_sweep_logs_runs_and_artifacts_to_a_tracking_server(tracking_serv
         record,
         plans,
         EchoSystem(),
-        ScoringOptions(20, 1),
+        ScoringOptions(20, 1, False, ()),
         "pulled",
         reference_uri,
         evidence=root / "evidence/runs/echo-I",
