@@ -30,8 +30,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from src.report.analysis import run_analysis  # noqa: E402
-from src.report.loading import build_results as build_study  # noqa: E402
-from src.report.rq import dataset_seed  # noqa: E402
+from src.report.comparisons import dataset_seed  # noqa: E402
+from src.report.results import build_results as build_study  # noqa: E402
 from src.scoring.stats import paired_bootstrap, resample_counts  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "analysis.json"

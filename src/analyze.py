@@ -26,13 +26,16 @@ from pathlib import Path
 
 import yaml
 
+from src import study
 from src.cli import setup_logging
 from src.config.params import lookup
-from src.report import figures, plots, rq, tables, writer
+from src.data.schema import read_records
+from src.report import comparisons, figures, plots, tables, writer
 from src.report.analysis import Analysis, analysis_summary, run_analysis
 from src.report.browser import write_instance_pages
 from src.report.figures import read_top_gold
 from src.report.loading import load_hand_runs, load_results
+from src.tracking.run_tree import log_analysis_run
 from src.tracking.store import PROJECT_ROOT, default_experiment, tracking_uri
 
 log = logging.getLogger("src.analyze")
@@ -48,8 +51,6 @@ def instance_texts(keys: set[tuple[str, str]]) -> dict[tuple[str, str], dict[str
     """Each (task, dataset)'s instance texts by id, from the prepared and derived sets (params.yaml
     paths); a set that is not on this machine (hand runs from elsewhere) gets none: its instance
     page then shows ids and spans without the text."""
-    from src import study
-    from src.data.schema import read_records
 
     texts: dict[tuple[str, str], dict[str, str]] = {}
     for task, dataset in sorted(keys):
@@ -93,7 +94,6 @@ def sweep_summaries(path: Path) -> list[str]:
 def log_analysis(experiment: str, uri: str, profile: str, args: argparse.Namespace) -> None:
     """The analysis as an MLflow run under the profile's parent (src/tracking/run_tree.py). The report is
     already written: a store that refuses the run costs the UI view, not the report (one warning)."""
-    from src.tracking.run_tree import log_analysis_run
 
     params = {"resamples": args.resamples, "alpha": args.alpha, "correction": args.correction, "out": str(args.out)}
     try:
@@ -140,7 +140,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=None, help="default: params.yaml seed")
     parser.add_argument("--alpha", type=float, default=None, help="default: params.yaml analysis.alpha")
     parser.add_argument(
-        "--correction", choices=sorted(rq.CORRECTIONS), default=None, help="default: params.yaml analysis.correction"
+        "--correction",
+        choices=sorted(comparisons.CORRECTIONS),
+        default=None,
+        help="default: params.yaml analysis.correction",
     )
     parser.add_argument(
         "--stats-json",

@@ -10,6 +10,9 @@ import sys
 from collections.abc import Callable
 from typing import Any, NoReturn
 
+from src.data.schema import DataError
+from src.redact import install_log_redaction
+
 MAX_RESAMPLES = 1_000_000
 MAX_SEED = 2**32 - 1
 MEMORY_LIMIT_BYTES = 2 * 2**30  # what one bootstrap may hold in memory (the machines here have 24 GB)
@@ -19,7 +22,6 @@ EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a Unix tool wh
 
 def setup_logging(level: int = logging.INFO, timestamps: bool = False) -> None:
     """An entry point's logging: one format, and no URI credential in any line (:mod:`src.redact`)."""
-    from src.redact import install_log_redaction
 
     stamp = "%(asctime)s " if timestamps else ""
     logging.basicConfig(level=level, format=f"{stamp}%(levelname)s %(name)s: %(message)s")
@@ -130,7 +132,6 @@ def print_json_report(build: Callable[[], dict]) -> int:
     quietly with exit code 141, as a Unix tool killed by SIGPIPE does (no traceback,
     but a caller with ``set -o pipefail`` still sees that the report was not read whole).
     """
-    from src.data.schema import DataError
 
     try:
         report = build()

@@ -17,6 +17,8 @@ import signal
 import sys
 
 import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from src.cli import one_line
@@ -37,8 +39,6 @@ class JobFailed(RuntimeError):
 
 
 def in_multirun() -> bool:
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
 
     return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
 

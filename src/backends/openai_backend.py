@@ -47,7 +47,7 @@ import logging
 import random
 import ssl
 import time
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -62,13 +62,15 @@ from src.backends.base import ChatRequest, GenerationResult, OrderedResults, Res
 from src.backends.concurrency import (
     NEUTRAL,
     OVERLOAD,
-    OVERLOAD_STATUS,
     SUCCESS,
     AdaptiveLimit,
     ConcurrencyStats,
     attempt_timeout,
 )
+from src.backends.openai_attempts import NEVER_HEALS_RETRIES, LoopState, Tally
+from src.backends.openai_batch import BatchCall
 from src.backends.openai_body import FALLBACK, FIRST_FORM, FORMS, SCHEMA_FORMATS, request_body
+from src.backends.openai_faults import AuthError, answer_of, auth_message, describe, status_fault
 from src.backends.openai_keys import (
     KeyHostMismatchError,
     MissingAPIKeyError,
@@ -77,21 +79,16 @@ from src.backends.openai_keys import (
     scrubbed,
 )
 from src.backends.openai_reply import (
-    FAILED_FINISH_REASONS,
     FormatRefused,
     NeverHeals,
-    NotAnAnswer,
     Reply,
     RetryableError,
     decoding_error,
-    is_format_refusal,
     parse_completion,
 )
 from src.backends.options import OpenAIOptions
-from src.backends.repeats import cut_at_repeat
-from src.backends.retry import RetryPolicy, is_auth_status, is_retryable_status, parse_retry_after
-from src.backends.routing import checked_routing, provider_mismatch
-from src.backends.served import is_mismatch
+from src.backends.retry import RetryPolicy
+from src.backends.routing import checked_routing
 from src.billing.bill import Bill, BilledReply
 from src.billing.meter import Admission, Meter
 from src.redact import redact_uris
@@ -101,12 +98,7 @@ __all__ = ["KeyHostMismatchError", "MissingAPIKeyError", "NEVER_HEALS_RETRIES", 
 logger = logging.getLogger(__name__)
 
 CONNECTIONS_PER_CLIENT = 8
-NEVER_HEALS_RETRIES = 1  # retries of a fault that repeating cannot fix (undecodable body, wrong types)
 RESEND = object()  # an attempt to send again at once, not counted (a refused schema form under auto)
-
-
-class _AuthError(Exception):
-    """The server rejected the credential (401/403): retrying cannot help."""
 
 
 class OpenAIBackend:
@@ -214,16 +206,8 @@ class OpenAIBackend:
             return self.timeout_s
         return attempt_timeout(self.timeout_s, max_tokens, self.min_tokens_per_s, bound)
 
-    def _refusal_message(self, form: str, exc: openai.APIStatusError) -> str:
-        message = f"the server refused response_format {form} ({_describe(exc)})"
-        if self.schema_format == "auto":
-            return message
-        return f"{message}; set model.options.schema_format=auto to fall back to json_object, then none"
-
     def _auth_message(self, status: int) -> str:
-        """The server's body is left out: it often quotes the rejected key."""
-        variable = self.api_key_env or "api_key_env (no key was sent)"
-        return f"authentication failed: check {variable} (HTTP {status} from {redact_uris(self.base_url)})"
+        return auth_message(self.api_key_env, self.base_url, status)
 
     def generate(
         self, requests: Sequence[ChatRequest], progress: str | None = None, on_result: ResultCallback | None = None
@@ -234,8 +218,6 @@ class OpenAIBackend:
             return []
         self.stop_reason = None
         if self.mode == "batch":
-            from src.backends.openai_batch import BatchCall  # the Batch API: only batch runs need it
-
             coroutine_factory = lambda: BatchCall(self, requests, progress, on_result).run()  # noqa: E731
         else:
             coroutine_factory = lambda: self._generate_all(requests, progress, on_result)  # noqa: E731
@@ -283,7 +265,7 @@ class OpenAIBackend:
         clients = [self.client(size) for size in sizes]
         limit = AdaptiveLimit(self.max_concurrency, self.concurrency_stats)  # goes on where the last call ended
         self.concurrency_stats = limit.stats
-        state = _LoopState(clients, sizes, random.Random(self.seed), limit, self.stop_after_same_fault)
+        state = LoopState(clients, sizes, random.Random(self.seed), limit, self.stop_after_same_fault)
         async with contextlib.AsyncExitStack() as stack:
             for client in clients:
                 await stack.enter_async_context(client)
@@ -309,7 +291,7 @@ class OpenAIBackend:
     async def _indexed(self, index, request, state) -> tuple[int, GenerationResult]:
         return index, await self.generate_one(request, state)
 
-    async def generate_one(self, request: ChatRequest, state: _LoopState) -> GenerationResult:
+    async def generate_one(self, request: ChatRequest, state: LoopState) -> GenerationResult:
         """The first request with a schema goes alone, so that a server refusing the form
         refuses it once, not once per request in flight; the rest follow in the settled form."""
         if request.response_schema is None or self.schema_form == "none" or self._form_settled:
@@ -322,13 +304,13 @@ class OpenAIBackend:
             finally:
                 self._form_settled = True  # answered, fell back, or failed: the others go on at once
 
-    async def _attempts(self, request: ChatRequest, state: _LoopState) -> GenerationResult:
+    async def _attempts(self, request: ChatRequest, state: LoopState) -> GenerationResult:
         """Attempts with retries; returns a failed result instead of raising.
 
         One attempt at a time: a timed-out attempt is cancelled (its connection closed) before
         the next starts. Each attempt is admitted by the meter first (the cap) and priced after.
         """
-        tally = _Tally(request)
+        tally = Tally(request)
         while True:
             await state.wait_for_rate_limit()
             outcome = await self._try(request, state, tally)
@@ -355,7 +337,7 @@ class OpenAIBackend:
             await asyncio.sleep(delay)
         return tally.give_up()
 
-    async def _admitted(self, request: ChatRequest, state: _LoopState, first: bool) -> Admission | None:
+    async def _admitted(self, request: ChatRequest, state: LoopState, first: bool) -> Admission | None:
         """The meter's admission of the next attempt, waiting for attempts in flight to settle when
         it does not fit; None when the cap leaves no room (the call stops) or the call stopped."""
         while not state.stop_error:
@@ -371,12 +353,12 @@ class OpenAIBackend:
             await state.settled.wait()
         return None
 
-    def _settle(self, admission: Admission, billed: BilledReply | None, state: _LoopState) -> Bill:
+    def _settle(self, admission: Admission, billed: BilledReply | None, state: LoopState) -> Bill:
         bill = self.meter.settle(admission, billed)
         state.settled.set()
         return bill
 
-    async def _try(self, request: ChatRequest, state: _LoopState, tally: _Tally):
+    async def _try(self, request: ChatRequest, state: LoopState, tally: Tally):
         """One attempt: a result (answer or final failure), RESEND, or None (retry: the tally knows why).
         It is admitted by the meter once it holds a connection, right before it is sent."""
         async with state.limit.slot() as ticket, state.slot() as client:
@@ -402,7 +384,7 @@ class OpenAIBackend:
                 if not exc.overload:
                     state.note_fault(exc.kind, request.request_id)
                 return None
-            except _AuthError as exc:
+            except AuthError as exc:
                 tally.bill.add(self._settle(admission, None, state))
                 tally.sent += 1
                 state.stop(str(exc))
@@ -410,7 +392,7 @@ class OpenAIBackend:
             except Exception as exc:  # a permanent failure of this request only
                 tally.bill.add(self._settle(admission, None, state))
                 tally.sent += 1
-                message = self._redact(_describe(exc))
+                message = self._redact(describe(exc))
                 logger.warning("request %r failed: %s", request.request_id, message)
                 return tally.failed(message)
             finally:
@@ -438,7 +420,7 @@ class OpenAIBackend:
 
     async def _attempt(self, request: ChatRequest, client: openai.AsyncOpenAI, form: str, bound: int) -> Reply:
         """One request with the schema in ``form``, ``bound`` requests at most in flight: the
-        answer, or raises RetryableError / FormatRefused / _AuthError."""
+        answer, or raises RetryableError / FormatRefused / AuthError."""
         endpoint, body = self.body(request, form)
         sends_format = "response_format" in body
         try:
@@ -457,212 +439,12 @@ class OpenAIBackend:
                     f"response body could not be decoded: {undecodable}", kind="undecodable body"
                 ) from None
             timed_out = isinstance(exc, (TimeoutError, openai.APITimeoutError))
-            raise RetryableError(_describe(exc) or "timeout", overload=timed_out, kind=type(exc).__name__) from None
+            raise RetryableError(describe(exc) or "timeout", overload=timed_out, kind=type(exc).__name__) from None
         return self.answer_of(parse_completion(response, request.completion), request)
 
     def answer_of(self, reply: Reply, request: ChatRequest) -> Reply:
         """The reply as the answer it is, or the fault it is (shared with the batch path)."""
-        if reply.refusal is not None:  # the model's answer, whatever the finish reason says
-            if reply.finish_reason in FAILED_FINISH_REASONS:
-                reply.finish_reason = "refusal"
-            return reply
-        if not reply.text.strip() or reply.finish_reason in FAILED_FINISH_REASONS:
-            blank_stop = reply if not reply.text.strip() and reply.finish_reason == "stop" else None
-            what = "blank answer" if not reply.text.strip() else "answer"
-            raise NotAnAnswer(f"{what} with finish_reason {reply.finish_reason!r}", blank_stop, reply.billed)
-        generated = reply.usage.get("completion_tokens")
-        if reply.finish_reason == "length" and isinstance(generated, int) and generated < request.max_tokens:
-            # A real cut-off spends the whole budget; one far short of it is the provider's fault.
-            raise RetryableError(
-                f"finish_reason 'length' after {generated} of max_tokens {request.max_tokens} tokens",
-                kind="cut short by the provider",
-                billed=reply.billed,
-            )
-        if self.on_model_mismatch == "fail":
-            if is_mismatch(self.model_id, reply.served):
-                raise RetryableError(
-                    f"served model {reply.served['model']!r} is not {self.model_id!r} (on_model_mismatch: fail)",
-                    kind="served by another model",
-                    billed=reply.billed,
-                )
-            if provider_mismatch(self.routing, reply.served):
-                raise RetryableError(
-                    f"served by provider {reply.served['provider']!r}, outside the pinned routing "
-                    "(on_model_mismatch: fail)",
-                    kind="served by another provider",
-                    billed=reply.billed,
-                )
-        # The server cannot stop at a repeated item, so the same answer is cut from its text.
-        text, cut = cut_at_repeat(reply.text, request.stop_at_repeat)
-        reply.text, reply.finish_reason = text, "stop" if cut else reply.finish_reason
-        if reply.source != "content":
-            reply.served = {**reply.served, "answer_from": reply.source}
-        return reply
+        return answer_of(reply, request, self.model_id, self.routing, self.on_model_mismatch)
 
     def _status_fault(self, exc: openai.APIStatusError, form: str, sends_format: bool) -> Exception:
-        """What an HTTP error status means: a rejected key, a refused schema form, a retryable fault,
-        or (any other 4xx) the permanent failure of this request."""
-        if is_auth_status(exc.status_code):
-            return _AuthError(self._auth_message(exc.status_code))
-        if sends_format and is_format_refusal(exc.status_code, _body_text(exc)):
-            return FormatRefused(self._refusal_message(form, exc), form)
-        if not is_retryable_status(exc.status_code):
-            return exc
-        headers = exc.response.headers
-        retry_after = parse_retry_after(headers.get("retry-after"))
-        if retry_after is None and headers.get("retry-after-ms"):
-            milliseconds = parse_retry_after(headers.get("retry-after-ms"))
-            retry_after = None if milliseconds is None else milliseconds / 1000
-        return RetryableError(
-            _describe(exc),
-            retry_after,
-            rate_limited=exc.status_code == 429,
-            overload=exc.status_code in OVERLOAD_STATUS,
-            kind=f"HTTP {exc.status_code}",
-        )
-
-
-class _Tally:
-    """One request's attempts so far: what they cost and how the faults went."""
-
-    def __init__(self, request: ChatRequest) -> None:
-        self.request = request
-        self.sent = 0  # attempts counted (a resend in a fallback form is not)
-        self.retries = 0
-        self.bill = Bill()
-        self.last_error = ""
-        self.never_heals = 0
-        self.blank_answers: list[Reply | None] = []  # per not-an-answer reply: its blank "stop" answer or None
-        self.last_not_answer: NotAnAnswer | None = None
-        self.retry_after: float | None = None
-        self.rate_limited = False
-        self.latency = 0.0
-
-    def fault(self, exc: RetryableError, bill: Bill, message: str) -> None:
-        self.sent += 1
-        self.bill.add(bill)
-        self.last_error = message
-        self.retry_after, self.rate_limited = exc.retry_after, exc.rate_limited
-        self.last_not_answer = exc if isinstance(exc, NotAnAnswer) else None
-        if self.last_not_answer is not None:
-            self.blank_answers.append(exc.answer)
-        self.never_heals += isinstance(exc, NeverHeals)
-
-    def answered(self, reply: Reply, latency: float) -> GenerationResult:
-        return GenerationResult(
-            self.request,
-            reply.text,
-            usage=reply.usage,
-            latency_s=latency,
-            finish_reason=reply.finish_reason,
-            served=reply.served,
-            attempts=self.sent,
-            refusal=reply.refusal,
-            bill=self.bill,
-        )
-
-    def failed(self, error: str) -> GenerationResult:
-        return GenerationResult(self.request, None, error=error, attempts=self.sent, bill=self.bill)
-
-    def give_up(self) -> GenerationResult:
-        """After the last retry: the model's own empty answer (blank and ``stop`` every time it
-        answered), else the failure naming the last fault."""
-        if self.last_not_answer is not None and all(answer is not None for answer in self.blank_answers):
-            return self.answered(self.last_not_answer.answer, self.latency)
-        healing = "; retrying does not heal this" if self.never_heals > NEVER_HEALS_RETRIES else ""
-        message = f"gave up after {self.sent} attempts: {self.last_error}{healing}"
-        logger.warning("request %r %s", self.request.request_id, message)
-        return self.failed(message)
-
-
-class _LoopState:
-    """Per-call shared state: the adaptive bound, the connection slots, jitter source, a global
-    rate-limit pause, the meter's settle signal and the early stop on a repeated fault.
-
-    Each slot is a client with a free connection (``max_concurrency`` in all); the adaptive
-    bound (``limit``) decides how many of them are in use.
-    """
-
-    def __init__(
-        self,
-        clients: list[openai.AsyncOpenAI],
-        sizes: list[int],
-        rng: random.Random,
-        limit: AdaptiveLimit,
-        same_fault_limit: int | None = None,
-    ) -> None:
-        self._free: asyncio.Queue[openai.AsyncOpenAI] = asyncio.Queue()
-        for client, size in zip(clients, sizes):
-            for _ in range(size):
-                self._free.put_nowait(client)
-        self.rng = rng
-        self.limit = limit
-        self.form_probe = asyncio.Lock()  # held by the request that tries the schema form first
-        self.settled = asyncio.Event()  # set whenever an attempt is settled (the meter has room again)
-        self._not_before = 0.0
-        self._same_fault_limit = same_fault_limit
-        self._faults: deque[tuple[str, str]] = deque(maxlen=same_fault_limit or 1)
-        # set by a rejected key, a refused response_format (not under auto), the cap or a repeated
-        # fault; fails the rest at once
-        self.stop_error: str | None = None
-
-    def stop(self, message: str) -> None:
-        if self.stop_error is None:
-            self.stop_error = message
-            logger.error("%s", message)
-
-    def note_fault(self, kind: str, request_id: str) -> None:
-        """Count a fault; stop the call when the last ``same_fault_limit`` attempts, over more than one
-        request, all failed this way."""
-        if not self._same_fault_limit:
-            return
-        self._faults.append((kind, request_id))
-        if len(self._faults) < self._same_fault_limit or len({k for k, _ in self._faults}) != 1:
-            return
-        requests = len({r for _, r in self._faults})
-        if requests > 1:
-            self.stop(
-                f"stopped early: the last {self._same_fault_limit} attempts ({requests} requests) all failed the "
-                f"same way ({kind}); nothing more is sent (model.options.stop_after_same_fault="
-                f"{self._same_fault_limit}); fix the endpoint or the request and rerun"
-            )
-
-    def note_answer(self) -> None:
-        self._faults.clear()
-
-    @contextlib.asynccontextmanager
-    async def slot(self):
-        client = await self._free.get()
-        try:
-            yield client
-        finally:
-            self._free.put_nowait(client)
-
-    def pause_until(self, moment: float) -> None:
-        self._not_before = max(self._not_before, moment)
-
-    async def wait_for_rate_limit(self) -> None:
-        while (remaining := self._not_before - time.monotonic()) > 0:
-            await asyncio.sleep(remaining)
-
-
-def _body_text(exc: openai.APIStatusError) -> str:
-    """The error response's body (and the client's message), for recognising a form refusal."""
-    try:
-        text = exc.response.text
-    except Exception:  # a body that was never read
-        text = ""
-    return f"{exc.message} {text}"
-
-
-def _describe(exc: BaseException) -> str:
-    """A one-line description: status code and message, never headers (which carry the key)."""
-    if isinstance(exc, openai.APIStatusError):
-        return f"HTTP {exc.status_code}: {exc.message}"
-    if isinstance(exc, openai.APITimeoutError) or isinstance(exc, TimeoutError):
-        return f"timeout: {type(exc).__name__}"
-    cause = exc.__cause__
-    if isinstance(exc, openai.APIConnectionError) and cause is not None and str(cause):
-        # "Connection error." alone hides the real cause (reset, refused, protocol error).
-        return f"{type(exc).__name__}: {exc} ({type(cause).__name__}: {cause})"
-    return f"{type(exc).__name__}: {exc}"
+        return status_fault(exc, form, sends_format, self.schema_format, self._auth_message)

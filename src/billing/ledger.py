@@ -25,6 +25,7 @@ A released reservation is settled at the sum of its journal: what the dead run w
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import socket
@@ -86,7 +87,6 @@ def _write_ledger(path: Path, data: dict[str, Any]) -> None:
 @contextlib.contextmanager
 def locked(path: Path) -> Iterator[None]:
     """An exclusive lock beside the ledger: every read-check-write of it happens under this."""
-    import fcntl
 
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.with_name(path.name + ".lock"), "a") as handle:

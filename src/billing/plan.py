@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from src.backends.base import ChatRequest
+from src.backends.cache import cache_key
 from src.billing.prices import ESTIMATE, MIXED, MODES, TOKENIZER, Price, TokenCounter, cap_mode
 
 #: Hours the Batch API may take (OpenAI's only completion window).
@@ -45,7 +46,6 @@ def plan_configuration(
     ``mode`` is the run's; ``modes`` prices every mode. ``concurrency`` and ``min_tokens_per_s``
     (an HTTP backend's options) give the synchronous modes' wait at most.
     """
-    from src.backends.cache import cache_key
 
     seen = set() if seen is None else seen
     datasets: dict[str, dict[str, Any]] = {}

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from src.backends.base import ChatRequest
+from src.backends.gguf_files import gguf_path
 from src.config.errors import ConfigError
 
 ESTIMATE = "estimate (characters / 4)"
@@ -196,8 +197,6 @@ def token_counter(model: Any) -> TokenCounter:
     if model.backend == "llamacpp":
         try:
             import llama_cpp
-
-            from src.backends.gguf_files import gguf_path
 
             path = gguf_path(model.model_id, options.get("gguf_file"), options.get("gguf_package"))
             with _quiet_native_stderr():

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 
 from src.backends.base import GenerationResult
 from src.billing.bill import BILL_FIELDS, Bill
+from src.billing.ledger import usd
 from src.billing.prices import Price
 
 USAGE_FIELDS = (
@@ -96,7 +97,6 @@ def dataset_usage(
 
 def spend_line(total: dict[str, float], ceiling: float | None) -> str:
     """One line: what the run spent against its plan's ceiling, split by where each figure came from."""
-    from src.billing.ledger import usd
 
     cost = total.get("cost", 0.0)
     against = "no price" if ceiling is None else f"plan ceiling {usd(ceiling)}"

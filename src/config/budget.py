@@ -12,6 +12,10 @@ import math
 from pathlib import Path
 from typing import Any
 
+import yaml
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+
 from src.billing.ledger import Budget
 from src.config.errors import ConfigError
 
@@ -22,7 +26,6 @@ KEYS = ("max_cost_usd", "max_requests", "ledger", "ledger_file", "stale_after_s"
 
 def sweep_budget(path: Path) -> dict[str, Any]:
     """The caps of a sweep profile with the profile's name as the ledger."""
-    import yaml
 
     try:
         sweep = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("sweep") or {}
@@ -39,9 +42,6 @@ def multirun_ledger() -> str | None:
     """The ledger a Hydra multirun's jobs share when none is named: one per sweep folder, so a
     cap holds for the whole sweep, whatever its launcher runs in parallel."""
     try:
-        from hydra.core.hydra_config import HydraConfig
-        from hydra.types import RunMode
-
         hydra_cfg = HydraConfig.get()
     except (ImportError, ValueError):  # not inside a Hydra job (the planner, a test)
         return None

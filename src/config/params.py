@@ -11,8 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from omegaconf import OmegaConf
 
 from src.config.locate import project_file
+from src.study import dimension_datasets
 
 PARAMS_FILE = project_file("params.yaml")
 
@@ -35,9 +37,6 @@ def lookup(dotted: str, path: str = str(PARAMS_FILE)) -> Any:
 
 def register_resolver() -> None:
     """Make ``${params:...}`` and ``${study:DIMENSION}`` available in Hydra configs (idempotent)."""
-    from omegaconf import OmegaConf
-
-    from src.study import dimension_datasets
 
     if not OmegaConf.has_resolver("params"):
         OmegaConf.register_new_resolver("params", lambda key: lookup(key))

@@ -16,6 +16,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from omegaconf import OmegaConf
+
 from src import study
 from src.billing.ledger import Budget
 from src.billing.prices import Price, price_from_block
@@ -24,6 +26,7 @@ from src.config.budget import budget_from_mapping
 from src.config.errors import ConfigError
 from src.prompts import PromptOptions, Strategy, strategy_from_config
 from src.prompts.answer_schema import ANSWER_FORMATS, PROMPT_FORMS
+from src.scoring.variants import VARIANTS
 
 #: Groups of ``conf/config.yaml`` whose keys are checked here, and the top-level run keys.
 RUN_KEYS = ("seed", "tasks", "datasets", "limit", "max_input_words", "profile", "evidence", "summary", "warn_rate")
@@ -95,8 +98,6 @@ class Scoring:
         _keys(data, "scoring", _names(cls))
         variants = tuple(values.names(data.get("variants"), "scoring.variants") or ())
         if variants:
-            from src.scoring.variants import VARIANTS
-
             unknown = [v for v in variants if v not in VARIANTS]
             if unknown:
                 raise ConfigError(f"scoring.variants: unknown {unknown}; choose from {list(VARIANTS)}")
@@ -241,7 +242,6 @@ class RunConfig:
     @classmethod
     def from_hydra(cls, cfg: Any) -> RunConfig:
         """Check and type Hydra's composition (its own ``hydra`` node dropped)."""
-        from omegaconf import OmegaConf
 
         data = OmegaConf.to_container(cfg, resolve=True)
         data.pop("hydra", None)

@@ -9,12 +9,13 @@ points, :mod:`src.runs.offline`, the tests) calls it first; it is idempotent.
 
 from __future__ import annotations
 
+from hydra.core.config_store import ConfigStore
+
+from src.backends import options
+from src.config.params import register_resolver
+
 
 def register_config() -> None:
-    from hydra.core.config_store import ConfigStore
-
-    from src.backends import options
-    from src.config.params import register_resolver
 
     register_resolver()
     for name, defaults in options.GROUPS.items():

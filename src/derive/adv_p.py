@@ -62,8 +62,9 @@ from typing import Any
 
 import yaml
 
-from src.backends import options as backend_options
+from src.backends import create_backend, options as backend_options
 from src.backends.base import Backend, GenerationResult
+from src.backends.cache import CachedBackend, ResponseCache
 from src.cli import setup_logging
 from src.config.locate import conf_dir
 from src.data.schema import Record
@@ -385,9 +386,6 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None, similarity: Similarity | None = None) -> None:
     args = parse_args(argv)
     setup_logging()
-
-    from src.backends import create_backend
-    from src.backends.cache import CachedBackend, ResponseCache
 
     started = time.perf_counter()
     records = read_base(args)

@@ -13,6 +13,7 @@ from pathlib import Path
 import nltk
 
 from src.config.locate import PROJECT_ROOT
+from src.config.params import lookup
 
 REPO_ROOT = PROJECT_ROOT
 
@@ -20,8 +21,6 @@ REPO_ROOT = PROJECT_ROOT
 def default_nltk_data() -> Path:
     """``<paths.raw>/nltk_data`` from params.yaml (``data/raw`` when there is no params file)."""
     try:
-        from src.config.params import lookup
-
         raw = lookup("paths.raw")
     except (FileNotFoundError, KeyError):
         raw = "data/raw"

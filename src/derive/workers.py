@@ -6,7 +6,7 @@ records, finish sooner than one process with two threads (docs/pipeline.md, "Tim
 Workers start with ``spawn`` (never a fork of a process that holds torch threads) and build
 their own models once; records are handed out one at a time, so a slow record does not
 hold back the others, and results come back in the records' order. Every record is seeded
-on its own (:func:`src.derive.adv.instance_seed`), and every worker computes with one thread,
+on its own (:func:`src.derive.attacker.instance_seed`), and every worker computes with one thread,
 so the results do not depend on the number of workers.
 """
 

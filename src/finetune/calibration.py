@@ -7,6 +7,8 @@ from typing import Any
 
 from src.data.schema import Record
 from src.finetune.bio import tag_set
+from src.finetune.predict import TokenClassifier
+from src.scoring.metrics import score_pairs
 from src.study import PRIMARY_METRIC
 
 logger = logging.getLogger(__name__)
@@ -18,8 +20,6 @@ def calibrate_outside_bias(
     """The ``O`` weight (:attr:`TokenClassifier.outside_bias`) with the best validation LCS F1
     over whole sentences, target-free ones included, among the log-weights of ``grid``
     (``finetune.outside_bias_grid``); ties go to the smaller weight."""
-    from src.finetune.predict import TokenClassifier
-    from src.scoring.metrics import score_pairs
 
     classifier = TokenClassifier(model, tokenizer, tag_set(label), label, max_length, device=str(model.device))
     by_bias: dict[str, float] = {}

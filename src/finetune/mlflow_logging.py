@@ -19,7 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from src.finetune.train_config import TrainConfig
-from src.tracking.store import default_experiment
+from src.tracking.store import (
+    data_version,
+    default_experiment,
+    git_commit,
+    start_experiment,
+    tracking_uri as resolve_uri,
+)
 
 SUMMARY_FILE = "training_summary.json"
 RUN_FILE = "training_run.json"  # the run link older versions wrote into the checkpoint: no longer written
@@ -70,8 +76,6 @@ def training_run(config: TrainConfig, run_name: str, experiment: str, tracking_u
         return
     import mlflow
 
-    from src.tracking.store import start_experiment
-
     start_experiment(experiment, tracking_uri)
     active = mlflow.start_run(run_name=run_name)
     status = "FAILED"
@@ -90,8 +94,6 @@ def log_training(summary: dict[str, Any], config: TrainConfig, out: Path, data_f
     """Params, final metrics (timings included), tags and the summary of a finished training into
     the active run; the tag ``weights_sha256`` is what :func:`find_training_run` looks up."""
     import mlflow
-
-    from src.tracking.store import data_version, git_commit
 
     digest = weights_digest(out)
     version = data_version([Path(p) for p in data_files]) if data_files else "unknown"
@@ -151,8 +153,6 @@ def find_training_run(
     checkpoint's, the latest when several trainings made the same weights; None when the store
     holds none (a pulled checkpoint whose runs were not restored, an untracked training)."""
     from mlflow.tracking import MlflowClient
-
-    from src.tracking.store import tracking_uri as resolve_uri
 
     digest = weights_digest(checkpoint)
     client = MlflowClient(tracking_uri=resolve_uri(tracking_uri))

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from tqdm import tqdm
 
 from src.cli import setup_logging
 from src.data.schema import Record, Span, read_records
@@ -190,8 +191,6 @@ class TokenClassifier:
         tags: list[list[str] | None] = [None] * len(jobs)
         batches = range(0, len(order), batch_size)
         if progress:
-            from tqdm import tqdm
-
             batches = tqdm(batches, desc="predict", unit="batch")
         for first in batches:
             chunk = order[first : first + batch_size]

@@ -62,6 +62,8 @@ from src.finetune.mlflow_logging import (
     mlflow_metrics_callback,
     training_run,
 )
+from src.finetune.models import get_spec, load_model, load_tokenizer
+from src.finetune.negatives import negative_sentences, params_mapping, with_negatives
 from src.finetune.predict import model_window, save_label_map
 from src.finetune.train_config import TrainConfig, load_config, parse_overrides, schedule
 from src.study import TOKEN_CLASSIFIER_TASKS
@@ -264,9 +266,6 @@ def run(
     how the prepared splits were built; negatives need the prepared files, not ``--train-file``.
     """
     from transformers import set_seed
-
-    from src.finetune.models import get_spec, load_model, load_tokenizer
-    from src.finetune.negatives import negative_sentences, params_mapping, with_negatives
 
     spec = get_spec(model_name)
     label = span_label_for_task(task)

@@ -36,6 +36,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from src.data.text import word_offsets
 from src.study import TASK_LABELS, TASK_ORDER, strategy_parts
 
 ANSWER_FORMATS: tuple[str, ...] = ("compact", "study")
@@ -201,7 +202,6 @@ REASONING_MAX_CHARS = 40
 
 def input_spans(text: str, max_words: int = SPAN_ENUM_NGRAM) -> list[str]:
     """Every contiguous run of 1..``max_words`` words of ``text``, as written, in order, unique."""
-    from src.data.text import word_offsets
 
     offsets = word_offsets(text)
     seen: dict[str, None] = {}
@@ -233,7 +233,6 @@ def restrict_to_input(schema: dict, text: str, max_items: Mapping[str | None, in
     words get no enum and no list bound; with ``max_items`` their span strings are at most
     :data:`DOCUMENT_SPAN_MAX_CHARS` long and their reasoning is bounded as for sentences.
     """
-    from src.data.text import word_offsets
 
     spans = input_spans(text)
     document = not spans or len(word_offsets(text)) > SPAN_ENUM_MAX_WORDS

@@ -1,4 +1,4 @@
-"""The study's analysis as computation: a loaded :class:`~src.report.loading.Study` -> :class:`Analysis`.
+"""The study's analysis as computation: a loaded :class:`~src.report.results.RunResults` -> :class:`Analysis`.
 
 Runs every pairwise paired bootstrap test (each pair on the instances both configurations
 were scored on), answers RQ1-RQ3 with the raw p < alpha beside a multiple-comparison
@@ -19,9 +19,9 @@ import numpy as np
 import pandas as pd
 
 from src import study as vocabulary
-from src.report import rq
-from src.report.loading import RunResults
+from src.report import comparisons, rq
 from src.report.provenance import is_dirty
+from src.report.results import RunResults
 from src.scoring.metrics import ERROR_TYPES
 
 #: The two multiple-comparison families: RQ1-RQ3 over prompted configurations, and fine-tuned models among themselves.
@@ -47,8 +47,8 @@ class Analysis:
     dimensions: dict[str, list[str]]
     groups: dict[str, list[str]]
     f1: pd.DataFrame
-    prompted: rq.ComparisonFamily
-    finetuned: rq.ComparisonFamily
+    prompted: comparisons.ComparisonFamily
+    finetuned: comparisons.ComparisonFamily
     rq1: pd.DataFrame
     rq2: dict[str, rq.Correlation]
     strategy_pairs: pd.DataFrame
@@ -83,7 +83,7 @@ class Analysis:
         return ("none", self.correction)
 
     @property
-    def tests(self) -> dict[str, rq.PairwiseTests]:
+    def tests(self) -> dict[str, comparisons.PairwiseTests]:
         """The prompted configurations' tests (RQ1-RQ3)."""
         return self.prompted.tests
 
@@ -96,7 +96,7 @@ class Analysis:
         return self.prompted.outcomes
 
     @property
-    def families(self) -> tuple[rq.ComparisonFamily, rq.ComparisonFamily]:
+    def families(self) -> tuple[comparisons.ComparisonFamily, comparisons.ComparisonFamily]:
         return (self.prompted, self.finetuned)
 
 
@@ -145,16 +145,20 @@ def run_analysis(
 ) -> Analysis:
     """Compute RQ1-RQ3 and the fine-tuned comparisons from loaded run results (no file is written);
     the settings' defaults are params.yaml's ``analysis`` block, read by :mod:`src.analyze`."""
-    if correction not in rq.CORRECTIONS:
-        raise ValueError(f"unknown correction {correction!r}; choose one of {sorted(rq.CORRECTIONS)}")
+    if correction not in comparisons.CORRECTIONS:
+        raise ValueError(f"unknown correction {correction!r}; choose one of {sorted(comparisons.CORRECTIONS)}")
     timings = {}
     started = time.perf_counter()
     dimensions = dimensions if dimensions is not None else load_dimensions()
     groups = strategy_groups(results.runs)
     prompted = set(groups["all"])
-    family = rq.comparison_family(PROMPTED, results.datasets, groups["all"], resamples, seed, alpha, correction)
+    family = comparisons.comparison_family(
+        PROMPTED, results.datasets, groups["all"], resamples, seed, alpha, correction
+    )
     finetuned_configs = [c for c in results.runs.index if results.runs.loc[c, "kind"] == "finetuned"]
-    finetuned = rq.comparison_family(FINETUNED, results.datasets, finetuned_configs, resamples, seed, alpha, correction)
+    finetuned = comparisons.comparison_family(
+        FINETUNED, results.datasets, finetuned_configs, resamples, seed, alpha, correction
+    )
     timings["pairwise_tests_s"] = time.perf_counter() - started
     outcomes = family.outcomes
     f1 = rq.score_table(results.scores, groups["all"])
@@ -231,7 +235,7 @@ def _outcome_block(row: dict) -> dict:
     return {"pairs": int(row["pairs"]), **{o: row[o] for o in ("better", "equal", "worse")}}
 
 
-def _family_summary(analysis: Analysis, family: rq.ComparisonFamily) -> dict:
+def _family_summary(analysis: Analysis, family: comparisons.ComparisonFamily) -> dict:
     out = {}
     for key, test in family.tests.items():
         entry = {
@@ -250,7 +254,7 @@ def finetuned_pairs(analysis: Analysis) -> pd.DataFrame:
     return pairwise_long(analysis.finetuned, analysis.correction)
 
 
-def pairwise_long(family: rq.ComparisonFamily, correction: str) -> pd.DataFrame:
+def pairwise_long(family: comparisons.ComparisonFamily, correction: str) -> pd.DataFrame:
     """Every tested pair of a family: instances, F1s on them, delta, raw and adjusted p (a over b), outcomes."""
     frames = []
     for key, test in family.tests.items():

@@ -24,7 +24,7 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from src.report import heatmap  # noqa: E402
-from src.report.rq import CORRECTION_NAMES  # noqa: E402
+from src.report.comparisons import CORRECTION_NAMES  # noqa: E402
 from src.study import DATASETS  # noqa: E402
 
 if TYPE_CHECKING:

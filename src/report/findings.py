@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from src.report.rq import CORRECTION_NAMES
+from src.report.comparisons import CORRECTION_NAMES
 from src.study import strategy_groups
 
 if TYPE_CHECKING:

@@ -23,7 +23,7 @@ import pandas as pd
 
 from src.config import values
 from src.config.locate import config_default
-from src.report import rq
+from src.report import comparisons, rq
 from src.runs.verdict import WATCHED
 from src.scoring.stats import bootstrap_f1, observed_f1, p_better, resample_counts, two_sided
 from src.study import TASK_ORDER
@@ -56,7 +56,7 @@ def run_warn_rates(runs: pd.DataFrame) -> dict[str, float]:
 
 
 def flags_of(results) -> dict[tuple[str, str], list[str]]:
-    """The cells of ``results`` (a :class:`~src.report.loading.RunResults`) above their run's warn_rate."""
+    """The cells of ``results`` (a :class:`~src.report.results.RunResults`) above their run's warn_rate."""
     return quality_flags(results.scores, run_warn_rates(results.runs))
 
 
@@ -219,7 +219,7 @@ def generalization_gap(analysis: Analysis) -> pd.DataFrame:
             f1_ref = logged.loc[config, reference] if reference in logged.columns else np.nan
             f1_tgt = logged.loc[config, target] if target in logged.columns else np.nan
             ids_ref, ids_tgt = ref.ids[config], tgt.ids[config]
-            generator = rq.dataset_seed(analysis.seed, f"{reference}>{target}", [config])
+            generator = comparisons.dataset_seed(analysis.seed, f"{reference}>{target}", [config])
             if set(ids_ref) == set(ids_tgt):
                 counts = resample_counts(len(ids_tgt), analysis.resamples, generator)
                 a, b = ref.stacked([config], ids_tgt)[0], tgt.stacked([config], ids_tgt)[0]
@@ -262,7 +262,7 @@ def generalization_gap(analysis: Analysis) -> pd.DataFrame:
     if not rows:
         return pd.DataFrame(columns=columns)
     table = pd.DataFrame(rows)
-    table[f"p_{analysis.correction}"] = rq.CORRECTIONS[analysis.correction](table["p_value"].to_numpy())
+    table[f"p_{analysis.correction}"] = comparisons.CORRECTIONS[analysis.correction](table["p_value"].to_numpy())
     alpha = analysis.alpha
     table["mark"] = [
         SIGNIFICANT if adj < alpha else RAW_ONLY if raw < alpha else ""

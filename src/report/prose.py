@@ -13,10 +13,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from src.billing.ledger import usd
 from src.redact import redact_uris
 from src.report import rq
 from src.report.analysis import finetuned_pairs, instance_table
-from src.report.rq import CORRECTION_NAMES
+from src.report.comparisons import CORRECTION_NAMES
 from src.report.tables import fmt, markdown_table, pct
 from src.study import DATASETS, TASK_ORDER
 
@@ -332,7 +333,6 @@ def usage_lines(usage: dict[str, float]) -> list[str]:
     """What the study's runs sent and spent, summed over their summaries (the sweep total)."""
     if not usage:
         return []
-    from src.billing.ledger import usd
 
     def count(name: str) -> str:
         return f"{int(usage.get(name, 0)):,}"

@@ -15,6 +15,7 @@ import pandas as pd
 
 from src.report import heatmap, rq
 from src.report.analysis import finetuned_pairs, instance_table, pairwise_long
+from src.scoring.variants import VARIANTS
 from src.study import PRIMARY_SCORER, TASK_ORDER
 
 if TYPE_CHECKING:
@@ -186,7 +187,6 @@ def configurations_table(analysis: Analysis) -> pd.DataFrame:
 
 def scorer_table(scores: pd.DataFrame) -> pd.DataFrame | None:
     """F1 under every scorer variant logged (columns in registry order), or None when only the primary was."""
-    from src.scoring.variants import VARIANTS
 
     extra = [name for name in VARIANTS if name != PRIMARY_SCORER and f"{name}.f1" in scores.columns]
     if not extra:

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from src.backends.base import GenerationResult
 from src.backends.routing import provider_mismatch
 from src.backends.served import is_mismatch
+from src.tracking import store as tracking
 
 
 def answer_metrics(
@@ -69,8 +70,6 @@ def log_answer_record(
     artifact into the active MLflow run (none open: nothing is logged); ``served_models``
     accumulates across datasets."""
     import mlflow
-
-    from src.tracking import store as tracking
 
     metrics = answer_metrics(results, requested_model, routing)
     if mlflow.active_run() is None:  # e.g. tune_k scores without a run: nothing to log into

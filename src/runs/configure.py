@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from src import study
+from src.backends import create_backend
+from src.backends.cache import CachedBackend, ResponseCache
 from src.backends.endpoint import API_BACKENDS, EndpointError, resolve_endpoint
 from src.backends.options import OpenAIOptions
 from src.billing.meter import Meter
@@ -88,8 +90,6 @@ def planned_datasets(config: RunConfig) -> list[tuple[str, str, Path]]:
 def build_backend(config: RunConfig):
     """The model's backend wrapped in the shared response cache; an HTTP backend keeps its
     batch ids beside the cache (``<cache>/../batches``)."""
-    from src.backends import create_backend
-    from src.backends.cache import CachedBackend, ResponseCache
 
     model_id, options = endpoint(config)
     backend = create_backend(config.model.backend, model_id=model_id, **options)

@@ -18,6 +18,7 @@ import signal
 import time
 from pathlib import Path
 
+from src.backends.cache import cache_key
 from src.billing.ledger import reserve, spent, usd
 from src.billing.usage import spend_line
 from src.config.errors import ConfigError
@@ -194,7 +195,6 @@ def conclude(config: RunConfig, record, outcome, system: PromptedSystem, plan: d
 
 def answers_cached(system: PromptedSystem, plans: list[DatasetPlan]) -> tuple[int, int]:
     """(answers of the run now in the response cache, answers the run needs)."""
-    from src.backends.cache import cache_key
 
     requests = [request for plan in plans for request in system.requests(plan)]
     backend = system.backend

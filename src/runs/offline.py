@@ -12,6 +12,10 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
+from hydra import compose, initialize_config_dir
+from hydra.errors import HydraException
+
+from src.backends.cache import cache_key
 from src.backends.endpoint import API_BACKENDS
 from src.config.locate import conf_dir
 from src.config.schema import RunConfig
@@ -26,8 +30,6 @@ CONFIG_DIR = conf_dir()
 def load_config(overrides: Sequence[str]) -> RunConfig:
     """The run's typed configuration for ``overrides``, composed and checked as ``python -m src.run``
     does; ValueError (one line, a ConfigError for a bad value) when they do not compose or check."""
-    from hydra import compose, initialize_config_dir
-    from hydra.errors import HydraException
 
     register_config()
     try:
@@ -63,7 +65,6 @@ def configuration_keys(overrides: Sequence[str]) -> set[str]:
     Raises:
         ValueError: the overrides do not compose or do not describe a runnable configuration.
     """
-    from src.backends.cache import cache_key
 
     system, plans = offline_system(load_config(overrides))
     backend = system.backend

@@ -15,11 +15,14 @@ from typing import Any
 
 from src import study
 from src.backends.base import ChatRequest, GenerationResult
+from src.backends.cache import cache_key
 from src.billing.meter import Meter
 from src.billing.usage import dataset_usage, local_bill
 from src.config.schema import Generation, RunConfig
 from src.data.schema import Record, read_records
 from src.prompts import PromptOptions, Strategy, build_request_parts, select_exemplars
+from src.prompts.parsing import parse_answer
+from src.runs.answers import log_answer_record
 from src.scoring.evaluate import InstanceOutput
 from src.scoring.system import DatasetPlan, SystemOutput
 
@@ -51,7 +54,6 @@ def generation_budget(generation: Generation, strategy: Strategy, dataset: str) 
 def request_key(backend: Any, request: ChatRequest) -> str | None:
     """The response-cache key of a deterministic request (identical prompts share it); None for
     a sampled one, which is sent every time."""
-    from src.backends.cache import cache_key
 
     return cache_key(backend.key_fields(request)) if request.deterministic else None
 
@@ -150,8 +152,6 @@ class PromptedSystem:
         return dataset_usage(results, self.price, self._counted, lambda request: request_key(self.backend, request))
 
     def produce(self, plan: DatasetPlan) -> SystemOutput:
-        from src.prompts.parsing import parse_answer
-        from src.runs.answers import log_answer_record
 
         results = self._prepared.pop((plan.task, plan.dataset), None)
         if results is None:

@@ -16,7 +16,9 @@ import numpy as np
 from src.data.schema import Record
 from src.scoring.metrics import ScoreResult, score_pairs
 from src.scoring.stats import bootstrap_f1, percentile_interval, resample_counts
+from src.scoring.variants import score_variant
 from src.study import PRIMARY_METRIC, PRIMARY_SCORER
+from src.tracking.store import log_json_artifact, log_jsonl_artifact
 
 
 @dataclass
@@ -164,7 +166,6 @@ def score_variants(pairs, variants: Sequence[str], lowercase: bool) -> tuple[dic
     """Precision, recall and F1 of each extra scorer variant, and its per-instance statistics."""
     if not variants:
         return {}, {}
-    from src.scoring.variants import score_variant
 
     metrics, stats = {}, {}
     for variant in variants:
@@ -180,8 +181,6 @@ def score_variants(pairs, variants: Sequence[str], lowercase: bool) -> tuple[dic
 def log_evaluation(evaluation: DatasetEvaluation, secrets: tuple[str, ...] = ()) -> None:
     """Log metrics and the ``predictions/`` and ``bootstrap/`` artifacts to the active MLflow run."""
     import mlflow
-
-    from src.tracking.store import log_json_artifact, log_jsonl_artifact
 
     mlflow.log_metrics(evaluation.metrics())
     where = f"{evaluation.task}/{evaluation.dataset}"

@@ -38,6 +38,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
+import pandas as pd
+from scipy import stats as scipy_stats
 from threadpoolctl import threadpool_limits
 
 from src.scoring.metrics import precision_recall_f1
@@ -379,7 +381,6 @@ def spearman(x, y) -> tuple[float, float, int]:
     n = int(x.size)
     if n < 3 or np.all(x == x[0]) or np.all(y == y[0]):
         return float("nan"), float("nan"), n
-    from scipy import stats as scipy_stats
 
     result = scipy_stats.spearmanr(x, y)
     return float(result.statistic), float(result.pvalue), n
@@ -387,7 +388,6 @@ def spearman(x, y) -> tuple[float, float, int]:
 
 def spearman_matrix(table: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Dataset-by-dataset Spearman rho and p-value from a configurations x datasets score table."""
-    import pandas as pd
 
     columns = list(table.columns)
     scores = table.to_numpy(dtype=np.float64)

@@ -22,7 +22,10 @@ from src.data.digest import file_digest
 from src.scoring.evaluate import DatasetEvaluation, evaluate_dataset, log_evaluation
 from src.scoring.system import DatasetPlan, ScoringOptions, System
 from src.study import RUN_KINDS
+from src.tracking import store as tracking
+from src.tracking.evidence import clean_metrics, clean_tags, write_evidence
 from src.tracking.run_tree import parent_tags, study_tags
+from src.tracking.store import redact
 
 log = logging.getLogger(__name__)
 
@@ -159,8 +162,6 @@ def evaluate_configuration(
     """
     import mlflow
 
-    from src.tracking import store as tracking
-
     experiment_id = tracking.start_experiment(experiment, tracking_uri)
     closed = tracking.close_stale_runs(experiment_id, record.run_name, mlflow.MlflowClient())
     if closed:
@@ -215,8 +216,6 @@ def write_run_evidence(
 ) -> Path:
     """The configuration's evidence folder (:mod:`src.tracking.evidence`): what it logged, as read back from
     the store (params, metrics, tags), and each scored dataset's predictions and bootstrap artifact."""
-    from src.tracking.evidence import clean_metrics, clean_tags, write_evidence
-    from src.tracking.store import redact
 
     data = {
         "run_id": outcome.run_id,
@@ -240,8 +239,6 @@ def _evaluate_one(
     plan: DatasetPlan, system: System, scoring: ScoringOptions, secrets: tuple[str, ...]
 ) -> DatasetOutcome:
     import mlflow
-
-    from src.tracking import store as tracking
 
     log_dataset_input(plan)
     produced = system.produce(plan)

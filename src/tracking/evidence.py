@@ -27,6 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from src.tracking.run_tree import PROFILE_TAG, parent_tags
+from src.tracking.store import default_experiment, start_experiment, tracking_uri
+
 log = logging.getLogger(__name__)
 
 RUN_FILE = "run.json"
@@ -162,9 +165,6 @@ def restore_runs(
     """
     from mlflow.entities import Metric, Param, RunTag
     from mlflow.tracking import MlflowClient
-
-    from src.tracking.run_tree import PROFILE_TAG, parent_tags
-    from src.tracking.store import default_experiment, start_experiment, tracking_uri
 
     folders = evidence_folders(root)
     if not folders:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from src.redact import redact_uris
+from src.tracking.store import HOST_TAG, PID_TAG
 
 log = logging.getLogger(__name__)
 
@@ -143,8 +144,6 @@ def close_own_runs(uri: str, experiment: str, run_name: str, since_ms: int, wait
     no owner tag yet and started at or after ``since_ms``), retrying for at most ``wait_s`` while
     the store is locked. Returns the ids closed; raises the last store error after the wait."""
     from mlflow.tracking import MlflowClient
-
-    from src.tracking.store import HOST_TAG, PID_TAG
 
     deadline = time.monotonic() + wait_s
     while True:

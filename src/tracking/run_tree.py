@@ -12,9 +12,11 @@ group-by and chart views use.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from src import study
+from src.tracking import store as tracking
 
 PARENT_TAG = "mlflow.parentRunId"
 PROFILE_TAG = "profile"
@@ -68,11 +70,8 @@ def parent_tags(client, experiment_id: str, profile: str | None) -> dict[str, st
 def log_analysis_run(experiment: str, uri: str, profile: str, out, params: dict[str, Any]) -> str:
     """Log the analysis of a profile as a run nested under its parent: the report, the heatmap,
     the tables and figures as artifacts, so the MLflow UI carries the study's results."""
-    from pathlib import Path
 
     import mlflow
-
-    from src.tracking import store as tracking
 
     out = Path(out)
     experiment_id = tracking.start_experiment(experiment, uri)

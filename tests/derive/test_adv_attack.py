@@ -16,12 +16,13 @@ from textattack.shared import AttackedText  # noqa: E402
 
 from src.data.schema import Record, Span, check_spans
 from src.derive import attack_env
-from src.derive.adv import AttackOutcome, build_attacker, choose, summarize  # noqa: E402
+from src.derive.adv import summarize  # noqa: E402
 from src.derive.attack_constraints import ProtectGoldSpans, SpacyPartOfSpeech  # noqa: E402
 from src.derive.attack_goal import MislabelGoldWords  # noqa: E402
 from src.derive.attack_gold import GoldTracker  # noqa: E402
 from src.derive.attack_recipes import CharAttackSettings, WordAttackSettings, char_transformation  # noqa: E402
 from src.derive.attack_victim import VictimModel, WordProbs  # noqa: E402
+from src.derive.attacker import AttackOutcome, build_attacker, choose  # noqa: E402
 
 TIME_WORDS = {"monday", "last", "week", "friday", "1990", "yesterday", "month"}
 CUES = {"reported", "quickly", "profits", "announced", "strong", "sharply"}
@@ -118,7 +119,7 @@ def test_gold_words_are_never_offered_for_modification():
 
 
 def test_part_of_speech_constraint_keeps_coarse_tags():
-    from src.derive.adv import load_tagger
+    from src.derive.attacker import load_tagger
 
     constraint = SpacyPartOfSpeech(load_tagger())
     original = AttackedText("The company reported strong profits on Monday.")

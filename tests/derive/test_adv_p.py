@@ -298,9 +298,7 @@ def test_main_writes_valid_records_and_stats(tmp_path, monkeypatch):
         bad.text: {k: answer("He went away that year.") for k in EDIT_KINDS},
     }
     backend = ScriptedBackend(script)
-    import src.backends
-
-    monkeypatch.setattr(src.backends, "create_backend", lambda name, **options: backend)
+    monkeypatch.setattr(adv_p, "create_backend", lambda name, **options: backend)
     base = tmp_path / "base.jsonl"
     write_records(base, [good, twice, bad])
     out, stats_path, examples = tmp_path / "adv_p.jsonl", tmp_path / "stats.json", tmp_path / "adv_p.md"

@@ -163,8 +163,8 @@ def test_word_attack_swaps_synonyms_and_keeps_spans():
     """Eventx runs the word attack only; here against a lexical stand-in victim, to see the swaps."""
     import numpy as np
 
-    from src.derive.adv import build_attacker
     from src.derive.attack_recipes import CharAttackSettings, WordAttackSettings
+    from src.derive.attacker import build_attacker
 
     class ContextVictim:
         """Tags 'announced' as an event only while 'company' or 'firm' precedes it in the sentence."""

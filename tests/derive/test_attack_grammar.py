@@ -47,7 +47,7 @@ def test_noun_verb_swap_only_when_allowed():
 
 @pytest.fixture(scope="module")
 def grammar():
-    from src.derive.adv import load_tagger
+    from src.derive.attacker import load_tagger
 
     return GrammaticalSwap(load_tagger())
 

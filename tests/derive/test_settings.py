@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from src.backends.options import OpenAIOptions
 from src.derive import adv, adv_p, voc
 from src.derive.settings import stage_settings
 
@@ -65,7 +66,7 @@ def test_the_paper_profile_rewrites_with_gpt41_through_the_openai_backend():
     args = adv_p.parse_args(PATHS + ["--cache-dir", "c", "--sweep", paper])
     assert args.generator == "gpt41" and args.limit is None
     backend, model_id, options = adv_p.generator_settings(args)
-    defaults = yaml.safe_load((ROOT / "conf" / "backend_options" / "openai.yaml").read_text(encoding="utf-8"))
+    defaults = OpenAIOptions().as_dict()  # the options' one definition, composed as src.run composes it
     assert (backend, model_id) == ("openai", "openai/gpt-4.1")
     pinned = {"only": ["openai"], "allow_fallbacks": False, "require_parameters": True}  # OpenAI's own weights
     assert options == {

@@ -114,7 +114,7 @@ def test_training_and_validation_data_hold_the_negatives(params, monkeypatch, tm
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(train, "train_classifier", fake_train)
-    monkeypatch.setattr("src.finetune.models.load_model", lambda spec, labels, tokenizer: None)
+    monkeypatch.setattr(train, "load_model", lambda spec, labels, tokenizer: None)
     config = train.load_config(
         PARAMS, {"include_negatives": True, "report_to": "none", "data_dir": params["paths"]["prepared"]}
     )

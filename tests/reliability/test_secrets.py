@@ -203,14 +203,14 @@ def test_a_tracked_training_writes_no_tracking_uri_into_its_checkpoint(tmp_path,
 
 
 def test_report_first_line_run_links_and_errors_show_no_credential():
-    from src.report.loading import build_results
     from src.report.prose import run_link
+    from src.report.results import build_results
 
     assert run_link(CREDENTIAL_URI, "3", "abc") == "[abc](http://127.0.0.1:5999/#/experiments/3/runs/abc)"
     with pytest.raises(ValueError) as info:
         build_results([], {}, {}, CREDENTIAL_URI, "tempgen", "1")
     assert "at http://127.0.0.1:5999: no configuration run" in str(info.value) and URI_TOKEN not in str(info.value)
-    writer = (REPO_ROOT / "src" / "report" / "writer.py").read_text()
+    writer = (REPO_ROOT / "src" / "report" / "sections.py").read_text()
     assert "at `{redact_uris(results.tracking_uri)}`" in writer  # the report's first line
 
 

@@ -2,7 +2,7 @@
 
 Random small studies (1-4 models, 1-3 strategies, a few datasets of 2-12 instances, statistics
 drawn from {0, 1, 2} so ties, zeros and constant scores are common, cells missing or NaN) are
-built in memory as :func:`src.report.loading.build_results` builds them from MLflow. Every
+built in memory as :func:`src.report.results.build_results` builds them from MLflow. Every
 number the prose states must be a number: where it is undefined the prose says why instead
 of printing ``nan`` or a dash.
 """
@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from src.report import prose
 from src.report.analysis import analysis_summary, run_analysis
-from src.report.loading import build_results
+from src.report.results import build_results
 from src.study import DATASETS, STRATEGY_ORDER, TASK_ORDER
 
 #: A number the prose could not state: pandas/numpy's ``nan``/``inf`` or :func:`src.report.tables.fmt`'s dash.

@@ -10,7 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from src.report.loading import build_results as build_study, dataset_stats, load_results as load_study
+from src.report.loading import load_results as load_study
+from src.report.results import build_results as build_study, dataset_stats
 from tests.helpers.mlflow_study import DATASETS, EXPERIMENT, INSTANCES
 
 

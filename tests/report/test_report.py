@@ -12,8 +12,8 @@ from mlflow.tracking import MlflowClient
 
 from src.analyze import main, write_outputs
 from src.report.analysis import analysis_summary, run_analysis
-from src.report.loading import build_results as build_study
 from src.report.prose import run_link
+from src.report.results import build_results as build_study
 from tests.helpers.mlflow_study import EXPERIMENT
 
 FIGURES = [

@@ -6,9 +6,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from src.report import rq
+from src.report import comparisons, rq
 from src.report.analysis import load_dimensions, strategy_groups
-from src.report.loading import DatasetStats
+from src.report.results import DatasetStats
 from src.scoring.stats import all_pairs_bootstrap, paired_bootstrap, resample_counts
 
 N = 200
@@ -60,8 +60,8 @@ def test_a_configuration_that_dominates_everywhere_has_probability_one_of_better
         key: stacked(configs, [constant_stats(2.0), noisy_stats(1.0, seed), noisy_stats(0.5, seed + 1)])
         for seed, key in enumerate(["timex/base", "timex/adv", "timex/t2c"])
     }
-    tests = rq.pairwise_tests(data, resamples=400, seed=1)
-    outcomes = rq.outcome_tables(tests, alpha=0.05, correction="holm")
+    tests = comparisons.pairwise_tests(data, resamples=400, seed=1)
+    outcomes = comparisons.outcome_tables(tests, alpha=0.05, correction="holm")
     links = rq.reference_links(list(tests))
     assert links == [("timex/base", "timex/adv"), ("timex/base", "timex/t2c")]
     for correction in ("none", "holm"):
@@ -79,9 +79,9 @@ def test_a_configuration_that_dominates_everywhere_has_probability_one_of_better
 def test_identical_configurations_are_equal_and_start_no_rq1_pair():
     same = noisy_stats(1.0, seed=3)
     data = {key: stacked(["a", "b"], [same, same]) for key in ("eventx/base", "eventx/len")}
-    tests = rq.pairwise_tests(data, resamples=300, seed=0)
+    tests = comparisons.pairwise_tests(data, resamples=300, seed=0)
     assert tests["eventx/base"].p_value[0, 1] == 0.5
-    outcomes = rq.outcome_tables(tests, alpha=0.05, correction="bh")
+    outcomes = comparisons.outcome_tables(tests, alpha=0.05, correction="bh")
     for correction in ("none", "bh"):
         assert (outcomes[correction]["eventx/len"].to_numpy() == "equal").all()
     table = rq.rq1_transfer(outcomes["none"], rq.reference_links(list(tests)), {"all": ["a", "b"]})
@@ -90,11 +90,13 @@ def test_identical_configurations_are_equal_and_start_no_rq1_pair():
 
 def test_pairwise_tests_are_seeded_and_report_observed_f1():
     data = {"timex/base": stacked(["a", "b"], [noisy_stats(1.2, 0), noisy_stats(1.0, 1)])}
-    first = rq.pairwise_tests(data, resamples=200, seed=5)["timex/base"]
-    again = rq.pairwise_tests(data, resamples=200, seed=5)["timex/base"]
+    first = comparisons.pairwise_tests(data, resamples=200, seed=5)["timex/base"]
+    again = comparisons.pairwise_tests(data, resamples=200, seed=5)["timex/base"]
     np.testing.assert_array_equal(first.p_value, again.p_value)
     close = {"timex/base": stacked(["a", "b"], [noisy_stats(1.0, 0), noisy_stats(1.0, 1)])}
-    p_values = {seed: rq.pairwise_tests(close, resamples=200, seed=seed)["timex/base"].p_value[0, 1] for seed in (5, 6)}
+    p_values = {
+        seed: comparisons.pairwise_tests(close, resamples=200, seed=seed)["timex/base"].p_value[0, 1] for seed in (5, 6)
+    }
     assert p_values[5] != p_values[6]
     stats = data["timex/base"].stacked(["a", "b"], [f"i{k}" for k in range(N)])
     f1 = stats[:, :, 0].sum(1) * 2 / (stats[:, :, 1].sum(1) + stats[:, :, 2].sum(1))
@@ -110,20 +112,20 @@ def test_pairs_are_compared_on_the_instances_both_share():
     few = ids[10:15]
     arrays = [noisy_stats(1.2, 0, 400), noisy_stats(1.0, 1, 400), noisy_stats(0.8, 2, 5)]
     data = stacked(["a", "b", "c"], arrays, [ids, ids, few])
-    sets = rq.comparison_sets([data.ids[c] for c in data.configs])
+    sets = comparisons.comparison_sets([data.ids[c] for c in data.configs])
     assert [(len(s.ids), s.configs, s.pairs) for s in sets] == [
         (400, [0, 1], [(0, 1)]),
         (5, [0, 1, 2], [(0, 2), (1, 2)]),
     ]
-    test = rq.pairwise_tests({"timex/base": data}, resamples=300, seed=4)["timex/base"]
+    test = comparisons.pairwise_tests({"timex/base": data}, resamples=300, seed=4)["timex/base"]
     assert test.instances.tolist() == [[400, 400, 5], [400, 400, 5], [5, 5, 5]]
     assert test.instance_counts() == [(400, 1), (5, 2)]
     # each set is one vectorised test on its own seeded resamples, equal to testing one pair at a time
-    counts = resample_counts(400, 300, rq.dataset_seed(4, "timex/base", tuple(sorted(ids))))
+    counts = resample_counts(400, 300, comparisons.dataset_seed(4, "timex/base", tuple(sorted(ids))))
     single = paired_bootstrap(data.stats["a"][np.argsort(ids)], data.stats["b"][np.argsort(ids)], counts=counts)
     assert test.p_value[0, 1] == pytest.approx(single.p_value)
     on_few = data.stacked(["a", "b", "c"], sorted(few))
-    counts = resample_counts(5, 300, rq.dataset_seed(4, "timex/base", tuple(sorted(few))))
+    counts = resample_counts(5, 300, comparisons.dataset_seed(4, "timex/base", tuple(sorted(few))))
     expected = all_pairs_bootstrap(on_few, counts)
     assert test.p_value[0, 2] == pytest.approx(expected.p_value[0, 2])
     assert test.p_value[2, 1] == pytest.approx(expected.p_value[2, 1])
@@ -136,19 +138,23 @@ def test_pairs_that_share_no_instance_are_untested_and_outside_the_family():
         [constant_stats(2.0, 20), constant_stats(0.0, 20), constant_stats(1.0, 4)],
         [[f"i{k}" for k in range(20)]] * 2 + [["other0", "other1", "other2", "other3"]],
     )
-    tests = rq.pairwise_tests({"timex/base": data}, resamples=200, seed=0)
+    tests = comparisons.pairwise_tests({"timex/base": data}, resamples=200, seed=0)
     test = tests["timex/base"]
     assert test.pairs == 1 and test.instance_counts() == [(20, 1), (0, 2)]
     assert np.isnan(test.p_value[0, 2]) and np.isnan(test.p_value[2, 1])
-    adjusted = rq.directional_adjusted(tests, "holm")["timex/base"]
+    adjusted = comparisons.directional_adjusted(tests, "holm")["timex/base"]
     assert adjusted[0, 1] == pytest.approx(test.p_value[0, 1]) and np.isnan(adjusted[0, 2])  # a family of one test
-    table = rq.outcome_tables(tests, 0.05, "holm")["none"]["timex/base"]
-    assert table.loc["a", "b"] == "better" and table.loc["a", "c"] == rq.UNTESTED and table.loc["c", "c"] == "equal"
+    table = comparisons.outcome_tables(tests, 0.05, "holm")["none"]["timex/base"]
+    assert (
+        table.loc["a", "b"] == "better"
+        and table.loc["a", "c"] == comparisons.UNTESTED
+        and table.loc["c", "c"] == "equal"
+    )
 
 
 def fixed_tests(p_matrices):
     return {
-        key: rq.PairwiseTests(key, ["x", "y"], np.zeros((2, 2)), np.array(p, dtype=float), np.full((2, 2), 10))
+        key: comparisons.PairwiseTests(key, ["x", "y"], np.zeros((2, 2)), np.array(p, dtype=float), np.full((2, 2), 10))
         for key, p in p_matrices.items()
     }
 
@@ -156,26 +162,26 @@ def fixed_tests(p_matrices):
 @pytest.mark.parametrize("method, expected", [("holm", (0.02, 0.4)), ("bh", (0.02, 0.4))])
 def test_correction_covers_every_pair_of_every_dataset_in_its_observed_direction(method, expected):
     tests = fixed_tests({"timex/base": [[0.5, 0.01], [0.99, 0.5]], "timex/adv": [[0.5, 0.6], [0.4, 0.5]]})
-    adjusted = rq.directional_adjusted(tests, method)
+    adjusted = comparisons.directional_adjusted(tests, method)
     assert adjusted["timex/base"][0, 1] == pytest.approx(expected[0])
     assert adjusted["timex/base"][1, 0] == 1.0
     assert adjusted["timex/adv"][1, 0] == pytest.approx(expected[1])  # y is the observed winner there
     assert adjusted["timex/adv"][0, 1] == 1.0
-    outcomes = rq.outcome_tables(tests, 0.05, method)[method]
+    outcomes = comparisons.outcome_tables(tests, 0.05, method)[method]
     assert outcomes["timex/base"].loc["x", "y"] == "better"
     assert outcomes["timex/adv"].loc["y", "x"] == "equal"
 
 
 def test_holm_turns_a_borderline_finding_equal_while_raw_keeps_it():
     tests = fixed_tests({f"timex/{d}": [[0.5, 0.03], [0.97, 0.5]] for d in ("base", "adv", "t2c")})
-    outcomes = rq.outcome_tables(tests, 0.05, "holm")
+    outcomes = comparisons.outcome_tables(tests, 0.05, "holm")
     assert outcomes["none"]["timex/adv"].loc["x", "y"] == "better"
     assert outcomes["holm"]["timex/adv"].loc["x", "y"] == "equal"  # 3 x 0.03 = 0.09
 
 
 def test_unknown_correction_is_rejected():
     with pytest.raises(ValueError, match="unknown correction 'sidak'"):
-        rq.directional_adjusted({}, "sidak")
+        comparisons.directional_adjusted({}, "sidak")
 
 
 def test_comp_is_linked_to_both_base_sets():

@@ -82,7 +82,7 @@ def test_the_completion_form_reaches_the_completions_endpoint(server_url: str):
 def test_auto_learns_json_object_once_and_a_one_slot_server_gets_one_request_per_instance(server_url, server_log):
     from src.backends.openai_backend import OpenAIBackend
 
-    # The run's defaults (conf/backend_options/openai.yaml): 16 in flight, timeout 120 s, 10 tokens/s.
+    # The run's defaults (OpenAIOptions): 16 in flight, timeout 120 s, 10 tokens/s.
     backend = OpenAIBackend(
         model_id="smollm2", base_url=server_url, schema_format="auto", max_concurrency=16, min_tokens_per_s=10.0
     )

@@ -1,0 +1,274 @@
+"""Pairwise comparisons of configurations, the family every research question draws on.
+
+Each pair of configurations is compared on the instances both were scored on. Configurations
+scored on identical instance sets share one resample matrix and are tested all at once
+(``src.scoring.stats.all_pairs_bootstrap``); pairs across such groups are tested on their
+intersection, one matrix per distinct intersection. A multiple-comparison correction runs over
+the family of all pairwise tests (every tested unordered pair on every dataset), applied to the
+one-sided p-value in the observed direction.
+
+Outcome tables are DataFrames (configs x configs) of "better"/"equal"/"worse" for the row
+configuration against the column one ("untested" where the two share no instance).
+"""
+
+from __future__ import annotations
+
+import itertools
+import zlib
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from src.scoring.stats import (
+    all_pairs_bootstrap,
+    benjamini_hochberg,
+    classify_outcome,
+    holm,
+    observed_f1,
+    resample_counts,
+)
+
+CORRECTIONS = {"holm": holm, "bh": benjamini_hochberg}
+#: How the report names each correction (and the raw p-values, "none").
+CORRECTION_NAMES = {"none": "raw p", "holm": "Holm", "bh": "Benjamini-Hochberg"}
+#: The outcome of a pair that shares no instance on a dataset (counted in no outcome share).
+UNTESTED = "untested"
+
+
+@dataclass
+class PairwiseTests:
+    """All pairwise paired bootstrap tests on one dataset, each pair on the instances both share.
+
+    Attributes:
+        configs: the configurations, in the order of both axes.
+        f1: (S, S) observed F1 of the row configuration on the instances it shares with the
+            column one (diagonal: on all its own instances).
+        p_value: (S, S) one-sided p for "row better than column"; NaN where the pair shares
+            no instance (diagonal 0.5).
+        instances: (S, S) number of instances each pair was compared on (diagonal: the
+            configuration's own).
+    """
+
+    key: str
+    configs: list[str]
+    f1: np.ndarray
+    p_value: np.ndarray
+    instances: np.ndarray
+
+    @property
+    def tested(self) -> np.ndarray:
+        """(S, S) True for off-diagonal pairs that share at least one instance."""
+        mask = np.asarray(self.instances) > 0
+        np.fill_diagonal(mask, False)
+        return mask
+
+    @property
+    def pairs(self) -> int:
+        """Unordered pairs tested."""
+        return int(np.triu(self.tested, 1).sum())
+
+    def instance_counts(self) -> list[tuple[int, int]]:
+        """(instances, unordered pairs compared on that many), most instances first; 0 = untested."""
+        upper_i, upper_j = np.triu_indices(len(self.configs), 1)
+        values, counts = np.unique(np.asarray(self.instances)[upper_i, upper_j], return_counts=True)
+        return sorted(((int(v), int(c)) for v, c in zip(values, counts)), reverse=True)
+
+
+@dataclass
+class ComparisonSet:
+    """The pairs of one dataset compared on one instance set.
+
+    Attributes:
+        ids: the shared instances (sorted: the resample matrix's columns).
+        configs: every configuration of a pair in ``pairs`` (each was scored on all ``ids``).
+        pairs: (i, j) positions, i < j, in the dataset's configuration list.
+    """
+
+    ids: tuple[str, ...]
+    configs: list[int]
+    pairs: list[tuple[int, int]]
+
+
+def comparison_sets(ids_by_config: Sequence[Collection[str]]) -> list[ComparisonSet]:
+    """Group the pairs of configurations by the instances both were scored on.
+
+    Configurations scored on identical id sets form one group; its pairs share that set.
+    A pair across two groups uses their intersection; pairs whose intersections are equal
+    form one set (a group's own pairs join it when the intersection is the whole group
+    set). Pairs that share no instance are left out (untested). Deterministic: sets
+    appear in the order of their first configuration pair.
+    """
+    groups: dict[frozenset, list[int]] = {}
+    for n, ids in enumerate(ids_by_config):
+        groups.setdefault(frozenset(ids), []).append(n)
+    keys = list(groups)
+    found: dict[frozenset, list[tuple[int, int]]] = {}
+    for a, key_a in enumerate(keys):
+        for key_b in keys[a:]:
+            shared = key_a if key_b is key_a else key_a & key_b
+            if not shared:
+                continue
+            if key_b is key_a:
+                pairs = list(itertools.combinations(groups[key_a], 2))
+            else:
+                pairs = [(min(i, j), max(i, j)) for i in groups[key_a] for j in groups[key_b]]
+            if pairs:
+                found.setdefault(shared, []).extend(pairs)
+    out = []
+    for shared, pairs in found.items():
+        pairs = sorted(pairs)
+        out.append(ComparisonSet(tuple(sorted(shared)), sorted({n for pair in pairs for n in pair}), pairs))
+    return sorted(out, key=lambda s: s.pairs[0])
+
+
+def dataset_seed(seed: int, key: str, ids: Sequence[str] | None = None) -> np.random.Generator:
+    """A generator for one comparison set's resamples, fixed by the seed, the dataset and its instances."""
+    entropy = [seed, zlib.crc32(key.encode("utf-8"))]
+    if ids is not None:
+        entropy.append(zlib.crc32("\x1f".join(ids).encode("utf-8")))
+    return np.random.default_rng(entropy)
+
+
+def pairwise_tests(datasets: Mapping[str, object], resamples: int, seed: int) -> dict[str, PairwiseTests]:
+    """All-pairs tests per dataset, each pair on the instances both configurations were scored on.
+
+    ``datasets`` maps a key to an object with ``configs``, ``ids`` (config -> ids) and
+    ``stacked(configs, ids)`` (a :class:`src.report.results.DatasetStats`). One resample
+    matrix (seeded by :func:`dataset_seed` from the seed, the dataset and the instance set)
+    serves every pair of a comparison set. Datasets with fewer than two configurations are skipped.
+    """
+    out = {}
+    for key, data in datasets.items():
+        configs = list(data.configs)
+        size = len(configs)
+        if size < 2:
+            continue
+        f1 = np.full((size, size), np.nan)
+        p = np.full((size, size), np.nan)
+        np.fill_diagonal(p, 0.5)
+        instances = np.zeros((size, size), dtype=np.int64)
+        for s, config in enumerate(configs):
+            own = data.stacked([config], list(data.ids[config]))[0]
+            f1[s, s] = observed_f1(own[None])[0]
+            instances[s, s] = own.shape[0]
+        for found in comparison_sets([data.ids[c] for c in configs]):
+            stats = data.stacked([configs[n] for n in found.configs], found.ids)
+            counts = resample_counts(len(found.ids), resamples, dataset_seed(seed, key, found.ids))
+            result = all_pairs_bootstrap(stats, counts)
+            i, j = np.array(found.pairs, dtype=np.int64).T
+            a, b = np.searchsorted(found.configs, i), np.searchsorted(found.configs, j)  # configs is sorted
+            f1[i, j], f1[j, i] = result.f1[a], result.f1[b]
+            p[i, j], p[j, i] = result.p_value[a, b], result.p_value[b, a]
+            instances[i, j] = instances[j, i] = len(found.ids)
+        out[key] = PairwiseTests(key, configs, f1, p, instances)
+    return out
+
+
+def directional_adjusted(tests: Mapping[str, PairwiseTests], method: str) -> dict[str, np.ndarray]:
+    """Adjusted one-sided p-matrices over the family of every tested unordered pair on every dataset.
+
+    Each pair enters the family once, with the p-value of its observed direction
+    ``min(p_ij, p_ji)``; the adjusted value goes to that direction and the other gets 1
+    (both get it on an exact tie), so ``classify_outcome(A, A.T)`` reads the outcome.
+    Untested pairs (no shared instance) stay out of the family and keep NaN.
+    """
+    if method not in CORRECTIONS:
+        raise ValueError(f"unknown correction {method!r}; choose one of {sorted(CORRECTIONS)}")
+    pieces, layout = [], []
+    for key, test in tests.items():
+        upper_i, upper_j = np.triu_indices(len(test.configs), 1)
+        keep = test.tested[upper_i, upper_j]
+        upper_i, upper_j = upper_i[keep], upper_j[keep]
+        p = test.p_value
+        pieces.append(np.minimum(p[upper_i, upper_j], p[upper_j, upper_i]))
+        layout.append((key, upper_i, upper_j))
+    adjusted = CORRECTIONS[method](np.concatenate(pieces)) if pieces and sum(map(len, pieces)) else np.array([])
+    out, start = {}, 0
+    for key, upper_i, upper_j in layout:
+        test = tests[key]
+        p = test.p_value
+        values = adjusted[start : start + upper_i.size]
+        start += upper_i.size
+        matrix = np.where(test.tested, 1.0, np.nan)
+        np.fill_diagonal(matrix, 1.0)
+        forward = p[upper_i, upper_j] <= p[upper_j, upper_i]
+        backward = p[upper_j, upper_i] <= p[upper_i, upper_j]
+        matrix[upper_i[forward], upper_j[forward]] = values[forward]
+        matrix[upper_j[backward], upper_i[backward]] = values[backward]
+        out[key] = matrix
+    return out
+
+
+def outcome_table(
+    configs: Sequence[str], p_better: np.ndarray, alpha: float, tested: np.ndarray | None = None
+) -> pd.DataFrame:
+    """Configs x configs outcomes of row vs column from a one-sided p-matrix.
+
+    Off-diagonal pairs outside ``tested`` (no shared instance) get :data:`UNTESTED`: they count in no outcome.
+    """
+    p_better = np.asarray(p_better, dtype=np.float64)
+    known = np.nan_to_num(p_better, nan=0.5)
+    values = classify_outcome(known, known.T, alpha).astype(object)
+    if tested is not None:
+        untested = ~np.asarray(tested, dtype=bool)
+        np.fill_diagonal(untested, False)
+        values[untested] = UNTESTED
+    return pd.DataFrame(values, index=list(configs), columns=list(configs))
+
+
+def outcome_tables(
+    tests: Mapping[str, PairwiseTests],
+    alpha: float,
+    correction: str,
+    adjusted: Mapping[str, np.ndarray] | None = None,
+) -> dict[str, dict[str, pd.DataFrame]]:
+    """``{"none": {key: table}, correction: {key: table}}``: raw and corrected outcomes side by side.
+
+    ``adjusted`` is :func:`directional_adjusted` of ``tests`` when already computed.
+    """
+    adjusted = directional_adjusted(tests, correction) if adjusted is None else adjusted
+    return {
+        "none": {k: outcome_table(t.configs, t.p_value, alpha, t.tested) for k, t in tests.items()},
+        correction: {k: outcome_table(t.configs, adjusted[k], alpha, t.tested) for k, t in tests.items()},
+    }
+
+
+@dataclass
+class ComparisonFamily:
+    """The pairwise tests of one family of configurations (its own multiple-comparison family).
+
+    Attributes:
+        name: e.g. ``prompted`` or ``fine-tuned``.
+        configs: the family's configurations.
+        tests: dataset key -> tests (datasets with at least two of the configurations).
+        p_adjusted: dataset key -> adjusted one-sided p-matrix (:func:`directional_adjusted`).
+        outcomes: ``{"none": ..., correction: ...}`` outcome tables (:func:`outcome_tables`).
+    """
+
+    name: str
+    configs: list[str]
+    tests: dict[str, PairwiseTests]
+    p_adjusted: dict[str, np.ndarray]
+    outcomes: dict[str, dict[str, pd.DataFrame]]
+
+    @property
+    def pairs(self) -> int:
+        return sum(test.pairs for test in self.tests.values())
+
+
+def comparison_family(
+    name: str,
+    datasets: Mapping[str, object],
+    configs: Sequence[str],
+    resamples: int,
+    seed: int,
+    alpha: float,
+    correction: str,
+) -> ComparisonFamily:
+    """Every pairwise test among ``configs`` on each dataset (``datasets`` values have ``subset``), corrected together."""
+    chosen = {key: data.subset(configs) for key, data in datasets.items()}
+    tests = pairwise_tests({k: d for k, d in chosen.items() if len(d.configs) >= 2}, resamples, seed)
+    adjusted = directional_adjusted(tests, correction)
+    return ComparisonFamily(name, list(configs), tests, adjusted, outcome_tables(tests, alpha, correction, adjusted))
