@@ -1,7 +1,7 @@
 """The study's analysis: ``python -m src.analyze`` turns the pipeline's runs into RQ1-RQ3 answers.
 
 Reads exactly the MLflow runs the summary files under ``--summaries`` (default
-``summaries/``) name, fetched by id (``src.report.provenance``), runs every pairwise paired
+``summaries/``) name, by key (``src.report.provenance``), runs every pairwise paired
 bootstrap test on the instances each pair shares, answers RQ1-RQ3 with the raw p < alpha
 beside a multiple-comparison correction, compares the fine-tuned models, and writes tables
 (CSV and markdown) to ``reports/tables/``, figures to ``reports/figures/``,
@@ -10,7 +10,9 @@ numbers and each configuration's provenance, for DVC). The computation is
 ``src.report.analysis``; this module parses arguments, loads, calls and writes.
 
 ``--evidence DIR`` reads each configuration from its evidence folder (a DVC output) where it
-exists, so a pulled study needs no MLflow store. ``--runs ID1,ID2`` or ``--experiment NAME``
+exists, so a pulled study needs no MLflow store; ``--record DIR`` writes the analysis run's own
+evidence folder there (restorable like the others). ``reports/provenance.md`` holds the runs'
+history on this machine (run ids, commits, spend), which no DVC output does. ``--runs ID1,ID2`` or ``--experiment NAME``
 alone (no ``--summaries``/``--sweep``) builds a report from hand runs, labelled as such.
 """
 
@@ -35,7 +37,10 @@ from src.report.analysis import Analysis, analysis_summary, run_analysis
 from src.report.browser import write_instance_pages
 from src.report.figures import read_top_gold
 from src.report.loading import load_hand_runs, load_results
-from src.tracking.run_tree import log_analysis_run
+from src.report.prose import history_page
+from src.tracking.evidence import write_evidence
+from src.tracking.keys import KEY_TAG, code_version, run_key, without_history
+from src.tracking.run_tree import ANALYSIS_ARTIFACTS, PROFILE_TAG, log_analysis_run
 from src.tracking.store import PROJECT_ROOT, default_experiment, tracking_uri
 
 log = logging.getLogger("src.analyze")
@@ -77,7 +82,9 @@ def write_outputs(analysis: Analysis, out: Path, profile: str | None = None) -> 
     plots.write_plots(analysis, out / "plots")
     summary = out / "analysis.json"
     summary.write_text(json.dumps(analysis_summary(analysis), indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    return {"report": report, "html": report.with_suffix(".html"), "summary": summary}
+    history = out / "provenance.md"
+    history.write_text(history_page(analysis), encoding="utf-8")
+    return {"report": report, "html": report.with_suffix(".html"), "summary": summary, "provenance": history}
 
 
 def sweep_summaries(path: Path) -> list[str]:
@@ -91,17 +98,50 @@ def sweep_summaries(path: Path) -> list[str]:
     return prompted + finetuned
 
 
-def log_analysis(experiment: str, uri: str, profile: str, args: argparse.Namespace) -> None:
+def analysis_record(analysis: Analysis, profile: str, args: argparse.Namespace) -> dict:
+    """The analysis run's name, params, tags and key: its settings and the keys of the runs it read
+    (so the same analysis of the same runs has the same key anywhere)."""
+    params = {
+        "resamples": args.resamples,
+        "alpha": args.alpha,
+        "correction": args.correction,
+        "out": str(args.out),
+        "code_version": code_version(),
+    }
+    name = f"analysis {profile}"
+    keys = ",".join(sorted(str(k) for k in analysis.results.runs["key"]))
+    key = run_key("analysis", name, {**params, "runs": keys})
+    return {"run_name": name, "params": params, "tags": {"kind": "analysis", PROFILE_TAG: profile, KEY_TAG: key}}
+
+
+def log_analysis(experiment: str, uri: str, record: dict, out: Path) -> None:
     """The analysis as an MLflow run under the profile's parent (src/tracking/run_tree.py). The report is
     already written: a store that refuses the run costs the UI view, not the report (one warning)."""
-
-    params = {"resamples": args.resamples, "alpha": args.alpha, "correction": args.correction, "out": str(args.out)}
     try:
-        run_id = log_analysis_run(experiment, uri, profile, args.out, params)
+        run_id = log_analysis_run(experiment, uri, record, out)
     except Exception as error:  # noqa: BLE001 - any store fault: the files on disk are the result
         log.warning("the analysis was not logged to MLflow (%s): %s", uri, " ".join(str(error).split())[:300])
         return
-    log.info("analysis logged to MLflow as run %s (profile %s)", run_id, profile)
+    log.info("analysis logged to MLflow as run %s (%s)", run_id, record["run_name"])
+
+
+def write_analysis_evidence(folder: Path, record: dict, experiment: str, out: Path) -> None:
+    """The analysis run's evidence folder: its record, and the report files a restore logs as its artifacts."""
+    where = out.resolve()
+    source = where.relative_to(PROJECT_ROOT).as_posix() if where.is_relative_to(PROJECT_ROOT) else None
+    artifacts = [[f"{source}/{name}", folder_name] for name, folder_name in ANALYSIS_ARTIFACTS] if source else []
+    run = {
+        "key": record["tags"][KEY_TAG],
+        "run_name": record["run_name"],
+        "experiment": experiment,
+        "kind": "analysis",
+        "complete": True,
+        "params": without_history(record["params"]),
+        "metrics": {},
+        "tags": record["tags"],
+        "artifacts": artifacts,
+    }
+    write_evidence(folder, run, {}, {})
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -136,6 +176,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "left by another profile never enters the report",
     )
     parser.add_argument("--out", type=Path, default=Path("reports"))
+    parser.add_argument(
+        "--record",
+        type=Path,
+        default=None,
+        help="with --sweep: write the analysis run's evidence folder here (a DVC output; restorable)",
+    )
     parser.add_argument("--resamples", type=int, default=None, help="default: params.yaml analysis.resamples")
     parser.add_argument("--seed", type=int, default=None, help="default: params.yaml seed")
     parser.add_argument("--alpha", type=float, default=None, help="default: params.yaml analysis.alpha")
@@ -204,7 +250,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         profile = ((yaml.safe_load(args.sweep.read_text(encoding="utf-8")) or {}).get("sweep") or {}).get("profile")
     written = write_outputs(analysis, args.out, profile)
     if profile and not hand:
-        log_analysis(args.experiment or default_experiment(), uri, profile, args)
+        experiment = args.experiment or default_experiment()
+        record = analysis_record(analysis, profile, args)
+        if args.record is not None:
+            write_analysis_evidence(args.record, record, experiment, args.out)
+        log_analysis(experiment, uri, record, args.out)
     log.info(
         "report: %s (load %.1fs, analysis %.1fs, figures %.1fs)",
         written["report"],

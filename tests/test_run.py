@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from src.data.schema import Record, Span, write_records
+from src.tracking.keys import KEY_TAG
 from tests.helpers.openai_server import FakeOpenAIServer, last_user_message
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -140,7 +141,9 @@ def test_run_logs_scores_artifacts_and_caches(workspace: Path):
         assert (artifacts / "config/resolved.json").exists() and (artifacts / "usage.json").exists()
 
         summary = json.loads((workspace / "summary.json").read_text())
-        assert summary["complete"] and summary["run_id"] == run.info.run_id
+        assert summary["complete"] and summary["key"] == run.data.tags[KEY_TAG] and "run_id" not in summary
+        history = json.loads((workspace / "summary.history.json").read_text())  # beside: not a DVC output
+        assert history["run_id"] == run.info.run_id and history["key"] == summary["key"]
         assert summary["metrics"]["timex"]["base"]["f1"] == pytest.approx(5 / 7, abs=1e-6)
         assert summary["run_name"] == "qwen3_moe-D" and summary["kind"] == "prompted"
 
@@ -332,8 +335,8 @@ def test_usage_counts_sent_cached_identical_and_retried_requests_apart(workspace
         assert (first["attempts"], first["retried"]) == (3 + retried, retried)
         assert first["prompt_tokens"] == prompt_tokens and first["cost"] == pytest.approx(cost)
         assert first["cached_cost"] == 0
-        # the summary DVC tracks carries the run's total, which the report sums over the sweep
-        total = json.loads((workspace / "summary.json").read_text())["usage"]
+        # the run's history file (beside the summary DVC tracks) carries its total, which the report sums
+        total = json.loads((workspace / "summary.history.json").read_text())["usage"]
         assert (total["requests"], total["sent"], total["cost"]) == (4, 3, pytest.approx(cost, abs=1e-6))
         assert "latency_s" not in total
 
@@ -347,7 +350,7 @@ def test_usage_counts_sent_cached_identical_and_retried_requests_apart(workspace
         assert second["cached_cost"] == pytest.approx(cost) and second["cached_prompt_tokens"] == prompt_tokens
         assert runs[-1].data.metrics["timex.base.usage.cost"] == 0
         assert runs[-1].data.metrics["timex.base.usage.cached_cost"] == pytest.approx(cost)
-        total = json.loads((workspace / "summary.json").read_text())["usage"]
+        total = json.loads((workspace / "summary.history.json").read_text())["usage"]
         assert (total["sent"], total["cost"], total["cached"]) == (0, 0, 3)
 
 

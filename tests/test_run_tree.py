@@ -52,7 +52,12 @@ def test_the_analysis_is_a_nested_run_carrying_the_report(store, tmp_path: Path)
     (out / "tables").mkdir(parents=True)
     (out / "report.html").write_text("<html>report</html>")
     (out / "tables" / "heatmap_f1.csv").write_text("configuration,dataset,f1\n")
-    run_id = log_analysis_run("tree", uri, "smoke", out, {"resamples": 10})
+    record = {
+        "run_name": "analysis smoke",
+        "params": {"resamples": 10},
+        "tags": {"kind": "analysis", "profile": "smoke"},
+    }
+    run_id = log_analysis_run("tree", uri, record, out)
     run = client.get_run(run_id)
     assert run.data.tags["kind"] == "analysis"
     assert run.data.tags[PARENT_TAG] == profile_parent(client, experiment_id, "smoke")

@@ -59,6 +59,7 @@ from src.derive.sentence_similarity import load_sentence_model
 from src.derive.settings import resolve
 from src.derive.workers import default_workers, map_in_workers
 from src.finetune.predict import TokenClassifier
+from src.rounding import rounded
 from src.scoring.metrics import score_pairs
 from src.scoring.stats import paired_bootstrap
 
@@ -117,7 +118,8 @@ def sentence_similarity(sentence_model: Any, derived: Sequence[Record]) -> dict[
         [r.text for r in changed], convert_to_numpy=True, normalize_embeddings=True, show_progress_bar=False
     )
     cosine = np.sum(a * b, axis=1)
-    return {"mean_similarity": float(cosine.mean()), "min_similarity": float(cosine.min())}
+    # an embedding's last bits differ between CPUs: written rounded (src/rounding.py)
+    return rounded({"mean_similarity": float(cosine.mean()), "min_similarity": float(cosine.min())})
 
 
 def victim_scores(

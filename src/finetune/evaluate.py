@@ -28,7 +28,14 @@ from src.finetune.predict import TokenClassifier
 from src.scoring.evaluate import InstanceOutput
 from src.scoring.system import DatasetPlan, ScoringOptions, SystemOutput
 from src.tracking.evaluation import RunRecord, evaluate_configuration, write_summary
-from src.tracking.store import data_version, default_experiment, git_commit, log_json_artifact
+from src.tracking.keys import KEY_TAG
+from src.tracking.store import (
+    data_version,
+    default_experiment,
+    git_commit,
+    log_json_artifact,
+    tracking_uri as resolve_uri,
+)
 
 log = logging.getLogger("src.finetune.evaluate")
 
@@ -63,13 +70,20 @@ class FinetunedSystem:
 
 
 def training_runs(checkpoints: dict[str, Path], experiment: str, tracking_uri: str | None) -> dict[str, str]:
-    """``training_run.{task}`` tags: the finished MLflow run that trained each checkpoint, found by
-    the checkpoint's weights hash (none when the store does not hold it, e.g. after a ``dvc pull``)."""
+    """``training_run.{task}`` tags (the run id, this store's history) and ``training_key.{task}``
+    tags (its key, kept in the evidence): the finished MLflow run that trained each checkpoint,
+    found by the checkpoint's weights hash (none when the store does not hold it, e.g. after a
+    ``dvc pull``)."""
+    from mlflow.tracking import MlflowClient
+
     tags = {}
     for task, path in checkpoints.items():
         run_id = find_training_run(path, experiment, tracking_uri)
         if run_id is not None:
             tags[f"training_run.{task}"] = run_id
+            key = MlflowClient(resolve_uri(tracking_uri)).get_run(run_id).data.tags.get(KEY_TAG)
+            if key:
+                tags[f"training_key.{task}"] = key
     return tags
 
 
@@ -168,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     if args.summary:
-        write_summary(args.summary, record, outcome)
+        write_summary(args.summary, record, outcome, args.experiment, args.tracking_uri)
     return 0 if outcome.complete else 1
 
 

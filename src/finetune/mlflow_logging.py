@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import math
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from src.config.locate import PROJECT_ROOT
 from src.finetune.train_config import TrainConfig
+from src.rounding import rounded
+from src.tracking.evidence import MACHINE_METRIC, clean_metrics, clean_tags, write_evidence
+from src.tracking.keys import KEY_TAG, code_version, run_key, without_history
 from src.tracking.store import (
     data_version,
     default_experiment,
@@ -32,6 +35,20 @@ RUN_FILE = "training_run.json"  # the run link older versions wrote into the che
 DEFAULT_EXPERIMENT = default_experiment()  # conf/config.yaml mlflow.experiment, its one definition
 WEIGHT_PATTERNS = ("model*.safetensors", "pytorch_model*.bin")
 WEIGHTS_TAG = "weights_sha256"  # the training run's tag that names its checkpoint by content
+#: Summary fields a training run logs as params beside its config.
+TRAINING_PARAMS = (
+    "model",
+    "family",
+    "task",
+    "train_file",
+    "val_file",
+    "limit",
+    "n_train",
+    "n_val",
+    "n_train_negatives",
+    "n_val_negatives",
+    "max_length",
+)
 
 
 def mlflow_metrics_callback() -> Any:
@@ -42,15 +59,31 @@ def mlflow_metrics_callback() -> Any:
         def on_log(self, args, state, control, logs=None, **kwargs):
             import mlflow
 
-            numeric = {
-                k: float(v)
-                for k, v in (logs or {}).items()
-                if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-            }
+            numeric = step_metrics(logs)
             if numeric and mlflow.active_run() is not None:
                 mlflow.log_metrics(numeric, step=state.global_step)
 
     return MlflowMetrics()
+
+
+def step_metrics(logs: dict[str, Any] | None) -> dict[str, float]:
+    """The numeric, finite values of one Trainer log, rounded (:mod:`src.rounding`): what the run
+    logs at that step and its evidence keeps, the same on every machine."""
+    return {
+        k: rounded(float(v))
+        for k, v in (logs or {}).items()
+        if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    }
+
+
+def metric_history(log_history: list[dict[str, Any]]) -> dict[str, list[list[float]]]:
+    """``metric -> [[step, value], ...]`` of a Trainer's ``log_history``, as the callback logged it."""
+    history: dict[str, list[list[float]]] = {}
+    for entry in log_history:
+        step = int(entry.get("step", 0))
+        for name, value in step_metrics(entry).items():
+            history.setdefault(name, []).append([step, value])
+    return history
 
 
 def weights_digest(directory: str | Path) -> str:
@@ -90,39 +123,23 @@ def training_run(config: TrainConfig, run_name: str, experiment: str, tracking_u
         mlflow.end_run(status=status)
 
 
-def log_training(summary: dict[str, Any], config: TrainConfig, out: Path, data_files: list[Path]) -> None:
-    """Params, final metrics (timings included), tags and the summary of a finished training into
-    the active run; the tag ``weights_sha256`` is what :func:`find_training_run` looks up."""
-    import mlflow
-
+def training_record(
+    summary: dict[str, Any], config: TrainConfig, out: Path, data_files: list[Path], run_name: str
+) -> dict[str, Any]:
+    """The params, final metrics (timings included) and tags of a finished training, rounded as
+    logged; the tag ``weights_sha256`` is what :func:`find_training_run` looks up, the key
+    (:mod:`src.tracking.keys`) what the evidence and a restore name it by."""
     digest = weights_digest(out)
     version = data_version([Path(p) for p in data_files]) if data_files else "unknown"
-    extra = {
-        k: v
-        for k, v in summary.items()
-        if k
-        in (
-            "model",
-            "family",
-            "task",
-            "train_file",
-            "val_file",
-            "limit",
-            "n_train",
-            "n_val",
-            "n_train_negatives",
-            "n_val_negatives",
-            "max_length",
-        )
-    }
+    extra = {k: v for k, v in summary.items() if k in TRAINING_PARAMS}
     params = {
         **config.to_dict(),
         **{f"schedule.{k}": v for k, v in summary["schedule"].items()},
         **{("window" if k == "max_length" else k): v for k, v in extra.items()},
         "data_version": version,
+        "code_version": code_version(),
         "git_commit": git_commit(),
     }
-    mlflow.log_params(params)
     final = {
         "train_time_s": summary["train_time_s"],
         "eval_time_s": summary["eval_time_s"],
@@ -131,19 +148,55 @@ def log_training(summary: dict[str, Any], config: TrainConfig, out: Path, data_f
         "train_examples_per_s": summary["train_examples_per_s"],
         **{f"best_val_{k}": v for k, v in summary["val_metrics"].items()},
     }
-    mlflow.log_metrics(
-        {k: float(v) for k, v in final.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-    )
-    mlflow.set_tags(
-        {
-            "model": summary.get("model", ""),
-            "task": summary.get("task", ""),
-            "checkpoint": str(out.resolve()),
-            WEIGHTS_TAG: digest,
-            "data_version": version,
-        }
-    )
-    mlflow.log_text(json.dumps(summary, indent=1), "training/" + SUMMARY_FILE)  # with the timings
+    metrics = {
+        k: rounded(float(v)) for k, v in final.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
+    }
+    tags = {
+        "kind": "training",
+        "model": summary.get("model", ""),
+        "task": summary.get("task", ""),
+        "checkpoint": str(out.resolve()),
+        WEIGHTS_TAG: digest,
+        "data_version": version,
+        KEY_TAG: run_key("training", run_name, params),
+    }
+    return {"params": params, "metrics": metrics, "tags": tags}
+
+
+def log_training(record: dict[str, Any], out: Path) -> None:
+    """A :func:`training_record` and the checkpoint's ``training_summary.json`` into the active run."""
+    import mlflow
+
+    mlflow.log_params(record["params"])
+    mlflow.log_metrics(record["metrics"])
+    mlflow.set_tags(record["tags"])
+    mlflow.log_artifact(str(out / SUMMARY_FILE), "training")
+
+
+def write_training_evidence(
+    folder: Path, record: dict[str, Any], run_name: str, experiment: str, summary: dict[str, Any], out: Path
+) -> Path:
+    """The training's evidence folder (:mod:`src.tracking.evidence`): its params, final metrics and
+    metric history as logged (history left out: commit, timings, the checkpoint's machine path), and
+    the checkpoint's summary as its artifact, so ``python -m src.evidence restore`` rebuilds the run."""
+    history = {
+        k: v for k, v in metric_history(summary.get("log_history") or []).items() if not MACHINE_METRIC.search(k)
+    }
+    checkpoint = out.resolve()
+    source = checkpoint.relative_to(PROJECT_ROOT).as_posix() if checkpoint.is_relative_to(PROJECT_ROOT) else None
+    run = {
+        "key": record["tags"][KEY_TAG],
+        "run_name": run_name,
+        "experiment": experiment,
+        "kind": "training",
+        "complete": True,
+        "params": without_history(record["params"]),
+        "metrics": clean_metrics(record["metrics"]),
+        "history": history,
+        "tags": clean_tags(record["tags"]),
+        "artifacts": [[f"{source}/{SUMMARY_FILE}", "training"]] if source else [],
+    }
+    return write_evidence(folder, run, {}, {})
 
 
 def find_training_run(

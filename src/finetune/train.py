@@ -60,12 +60,15 @@ from src.finetune.mlflow_logging import (
     SUMMARY_FILE,
     log_training,
     mlflow_metrics_callback,
+    training_record,
     training_run,
+    write_training_evidence,
 )
 from src.finetune.models import get_spec, load_model, load_tokenizer
 from src.finetune.negatives import negative_sentences, params_mapping, with_negatives
 from src.finetune.predict import model_window, save_label_map
 from src.finetune.train_config import TrainConfig, load_config, parse_overrides, schedule
+from src.rounding import rounded
 from src.study import TOKEN_CLASSIFIER_TASKS
 
 logger = logging.getLogger(__name__)
@@ -86,8 +89,10 @@ def train_classifier(
     experiment: str = DEFAULT_EXPERIMENT,
     tracking_uri: str | None = None,
     data_files: list[Path] | None = None,
+    evidence: Path | str | None = None,
 ) -> dict[str, Any]:
-    """Fine-tune ``model`` and write the best checkpoint to ``out_dir``; returns the summary
+    """Fine-tune ``model`` and write the best checkpoint to ``out_dir`` (and the training's evidence
+    folder to ``evidence``, for ``python -m src.evidence restore``); returns the summary
     (with the timings, which the file in ``out_dir`` leaves out: :func:`checkpoint_summary`).
 
     With ``report_to: mlflow`` the training is one MLflow run (``run_name``, tag
@@ -103,9 +108,12 @@ def train_classifier(
         summary = _train(
             model, tokenizer, splits, label, config, out, run_name, summary_extra, tracked=active is not None
         )
+        record = training_record(summary, config, out, data_files or [], run_name)
         if active is not None:
-            log_training(summary, config, out, data_files or [])
+            log_training(record, out)
             summary["mlflow_run_id"] = active.info.run_id
+    if evidence is not None:
+        write_training_evidence(Path(evidence), record, run_name, experiment, summary, out)
     return summary
 
 
@@ -118,7 +126,8 @@ TIMING_SUFFIXES = ("_runtime", "_per_second")
 def checkpoint_summary(summary: dict[str, Any]) -> dict[str, Any]:
     """What ``training_summary.json`` keeps of a summary: everything the code, data, params and
     seed determine, without timings (:data:`TIMING_KEYS`, the Trainer's ``*_runtime`` and
-    ``*_per_second`` log fields) or the MLflow run id, so the same training writes the same bytes."""
+    ``*_per_second`` log fields) or the MLflow run id, so the same training writes the same bytes
+    (written with its floats rounded: :mod:`src.rounding`)."""
     kept = {k: v for k, v in summary.items() if k not in TIMING_KEYS and k != "mlflow_run_id"}
     if "log_history" in kept:
         kept["log_history"] = [
@@ -223,7 +232,7 @@ def _train(
         "train_examples_per_s_excluding_eval": examples_seen / step_seconds,
         "log_history": trainer.state.log_history,
     }
-    (out / SUMMARY_FILE).write_text(json.dumps(checkpoint_summary(summary), indent=2) + "\n", encoding="utf-8")
+    (out / SUMMARY_FILE).write_text(json.dumps(rounded(checkpoint_summary(summary)), indent=2) + "\n", encoding="utf-8")
     shutil.rmtree(checkpoints, ignore_errors=True)
     return summary
 
@@ -259,8 +268,10 @@ def run(
     params: str | Path | Mapping[str, Any] = PARAMS_FILE,
     experiment: str = DEFAULT_EXPERIMENT,
     tracking_uri: str | None = None,
+    evidence: Path | str | None = None,
 ) -> dict[str, Any]:
-    """Load the model and the task's splits (plus negatives), train, and write the checkpoint.
+    """Load the model and the task's splits (plus negatives), train, and write the checkpoint
+    (and the training's evidence folder to ``evidence``).
 
     ``params`` (the parameter file) tells :func:`src.finetune.negatives.negative_sentences`
     how the prepared splits were built; negatives need the prepared files, not ``--train-file``.
@@ -322,6 +333,7 @@ def run(
         experiment=experiment,
         tracking_uri=tracking_uri,
         data_files=list(paths.values()),
+        evidence=evidence,
     )
 
 
@@ -354,6 +366,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--experiment", default=DEFAULT_EXPERIMENT, help="MLflow experiment")
     parser.add_argument("--tracking-uri", default=None, help="default: $MLFLOW_TRACKING_URI, else mlruns/mlflow.db")
+    parser.add_argument(
+        "--evidence", default=None, help="write the training run's evidence folder here (a DVC output; restorable)"
+    )
     args = parser.parse_args(argv)
     setup_logging(timestamps=True)
     # A terminated training (kill, a DVC or CI timeout) unwinds, so its MLflow run is closed as KILLED.
@@ -371,6 +386,7 @@ def main(argv: list[str] | None = None) -> int:
             params=args.params,
             experiment=args.experiment,
             tracking_uri=args.tracking_uri,
+            evidence=args.evidence,
         )
     finally:
         signal.signal(signal.SIGTERM, previous)

@@ -120,15 +120,27 @@ def strategy_groups(runs: pd.DataFrame) -> dict[str, list[str]]:
 
 
 def provenance_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """Configuration -> the summary file, run id, git commit (dirty or not) and data version its numbers came from."""
+    """Configuration -> the summary file, run key, code version and data version its numbers came
+    from: what any machine that re-runs the study computes alike (a DVC output's content)."""
     table = pd.DataFrame(
         {
             "summary": runs["summary"] if "summary" in runs.columns else None,
-            "run_id": runs["run_id"],
-            "git_commit": runs["git_commit"],
-            "dirty": [is_dirty(c) for c in runs["git_commit"]],
+            "key": runs["key"] if "key" in runs.columns else None,
+            "code_version": runs["code_version"] if "code_version" in runs.columns else None,
             "data_version": runs["data_version"],
         },
+        index=runs.index,
+    )
+    table.index.name = "configuration"
+    return table
+
+
+def history_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """Configuration -> the run id and git commit (dirty or not) of the run this machine logged or
+    restored: its history, shown on the provenance page only (:mod:`src.tracking.history`)."""
+    commits = runs["git_commit"] if "git_commit" in runs.columns else pd.Series(None, index=runs.index)
+    table = pd.DataFrame(
+        {"run_id": runs["run_id"], "git_commit": commits, "dirty": [is_dirty(c) for c in commits]},
         index=runs.index,
     )
     table.index.name = "configuration"
@@ -303,7 +315,9 @@ def pairwise_long(family: comparisons.ComparisonFamily, correction: str) -> pd.D
 
 
 def analysis_summary(analysis: Analysis) -> dict:
-    """The headline numbers as JSON (DVC metrics), with each configuration's provenance; NaN becomes null."""
+    """The headline numbers as JSON (DVC metrics), with each configuration's provenance (key, code and
+    data version; its run id, commit and usage are history: :func:`src.report.prose.history_page`);
+    NaN becomes null."""
     results = analysis.results
     rq1 = {}
     for row in analysis.rq1.itertuples(index=False):
@@ -344,9 +358,8 @@ def analysis_summary(analysis: Analysis) -> dict:
     provenance = {
         config: {
             "summary": row.summary,
-            "run_id": row.run_id,
-            "git_commit": row.git_commit,
-            "dirty": bool(row.dirty),
+            "key": row.key,
+            "code_version": row.code_version,
             "data_version": row.data_version,
         }
         for config, row in zip(analysis.provenance.index, analysis.provenance.itertuples(index=False))
@@ -373,7 +386,5 @@ def analysis_summary(analysis: Analysis) -> dict:
             },
             "errors": errors,
             "provenance": provenance,
-            "usage": results.usage,
-            "dirty_commits": [config for config, dirty in analysis.provenance["dirty"].items() if dirty],
         }
     )

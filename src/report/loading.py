@@ -38,6 +38,8 @@ from src.report.provenance import (
 from src.report.results import RunResults, build_results, run_row, scored_keys
 from src.study import RUN_KINDS
 from src.tracking.evidence import folder_for_summary, read_evidence
+from src.tracking.history import read_history
+from src.tracking.keys import KEY_TAG
 
 
 def read_bootstrap_artifacts(client, run_id: str, destination: Path) -> dict[tuple[str, str], dict]:
@@ -113,7 +115,11 @@ def load_results(
     rows, metrics, artifacts, instances = [], {}, {}, {}
     for summary, (run, bootstrap, predictions) in zip(listed, ordered):
         name = run_name(run)
-        rows.append(run_row(name, run.info.run_id, run.data.params, run.data.tags, run.info.start_time, summary.name))
+        row = run_row(name, run.info.run_id, run.data.params, run.data.tags, run.info.start_time, summary.name)
+        history = read_history(summary.path)  # this machine's record of the run (none for a pulled one)
+        row["run_id"] = row["run_id"] or str(history.get("run_id") or "")
+        row["git_commit"] = row["git_commit"] or history.get("git_commit")
+        rows.append(row)
         metrics[name] = dict(run.data.metrics)
         artifacts[name] = bootstrap
         instances.update({(name, task, dataset): rows_ for (task, dataset), rows_ in predictions.items()})
@@ -137,19 +143,19 @@ def _checked_evidence(summary: Summary, folder: Path, experiment: str):
     loaded = read_evidence(folder)
     run = loaded.run
     where = f"evidence folder {folder}"
-    if loaded.run_id != summary.run_id:
+    if loaded.key != summary.key:
         raise ValueError(
-            f"{where} holds run {loaded.run_id} ({run.get('run_name')}), but {summary.path} names run "
-            f"{summary.run_id}: a folder of another run (remove it, or `dvc checkout` the pipeline's)"
+            f"{where} holds run {loaded.key} ({run.get('run_name')}), but {summary.path} names run "
+            f"{summary.key}: a folder of another run (remove it, or `dvc checkout` the pipeline's)"
         )
     if run.get("experiment") not in (None, experiment):
         raise ValueError(
-            f"{where}: run {loaded.run_id} belongs to experiment {run.get('experiment')!r}, not {experiment!r}"
+            f"{where}: run {loaded.key} belongs to experiment {run.get('experiment')!r}, not {experiment!r}"
         )
     if run.get("kind") not in RUN_KINDS:
-        raise ValueError(f"{where}: run {loaded.run_id} is not a configuration run (kind {run.get('kind')!r})")
+        raise ValueError(f"{where}: run {loaded.key} is not a configuration run (kind {run.get('kind')!r})")
     if run.get("complete") is False or summary.complete is False:
-        raise ValueError(f"{where}: run {loaded.run_id}: the configuration is incomplete")
+        raise ValueError(f"{where}: run {loaded.key}: the configuration is incomplete")
     for field_name, stated in (
         ("model", summary.model),
         ("strategy", summary.strategy),
@@ -163,8 +169,12 @@ def _checked_evidence(summary: Summary, folder: Path, experiment: str):
 def _as_run(run: Mapping[str, Any]):
     """An evidence ``run.json`` shaped like an MLflow run (``info``, ``data``) for the shared checks."""
 
-    tags = {**{k: str(v) for k, v in (run.get("tags") or {}).items()}, "kind": str(run.get("kind"))}
-    info = SimpleNamespace(run_id=run["run_id"], run_name=run.get("run_name"), start_time=0, status="FINISHED")
+    tags = {
+        **{k: str(v) for k, v in (run.get("tags") or {}).items()},
+        "kind": str(run.get("kind")),
+        KEY_TAG: str(run["key"]),
+    }
+    info = SimpleNamespace(run_id="", run_name=run.get("run_name"), start_time=0, status="FINISHED")
     data = SimpleNamespace(
         params={k: str(v) for k, v in (run.get("params") or {}).items()},
         tags=tags,

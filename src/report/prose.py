@@ -16,7 +16,7 @@ import pandas as pd
 from src.billing.ledger import usd
 from src.redact import redact_uris
 from src.report import rq
-from src.report.analysis import finetuned_pairs, instance_table
+from src.report.analysis import finetuned_pairs, history_table, instance_table
 from src.report.comparisons import CORRECTION_NAMES
 from src.report.tables import fmt, markdown_table, pct
 from src.study import DATASETS, TASK_ORDER
@@ -302,19 +302,45 @@ def finetuned_lines(analysis: Analysis, tables: Mapping[str, Path]) -> list[str]
 
 
 def provenance_lines(analysis: Analysis) -> list[str]:
+    """The report's provenance section: which runs, by key, code and data version (what any
+    machine re-running the study computes alike); their history is on the provenance page."""
     results = analysis.results
     table = analysis.provenance.copy()
     lines = ["## Provenance", ""]
     if results.checked:
         lines += [
             f"Every number above comes from exactly the runs the pipeline's summary files name ({len(table)} "
-            "summaries, runs fetched by id, each FINISHED in this experiment); runs logged by hand or by other "
+            "summaries, each naming its run by key: a digest of the run's configuration, code version and data "
+            "version, which the MLflow run carries as the tag `tempgen.key`); runs logged by hand or by other "
             "profiles are not read. Data versions were checked: the raw corpora's hash is the same for every "
             "run, and runs scored on the same datasets have the same dataset digest.",
             "",
         ]
     else:
         lines += ["These runs were not read through the pipeline's summaries, so their provenance was not checked.", ""]
+    lines += [
+        "Run ids, commits, the tracking store and what the runs sent and spent are this machine's history, not "
+        "part of the result: [provenance.md](provenance.md), written beside this report (docs/mlflow.md).",
+        "",
+    ]
+    for column in ("key", "code_version", "data_version"):
+        table[column] = [f"`{v}`" if isinstance(v, str) and v else v for v in table[column]]
+    return lines + [markdown_table(table), ""]
+
+
+def history_page(analysis: Analysis) -> str:
+    """``provenance.md``: the runs' history on this machine (run ids linked into the MLflow UI,
+    commits, the store, spend); not a DVC output, as it differs from one machine to the next."""
+    results = analysis.results
+    table = history_table(results.runs)
+    lines = [
+        "# Provenance: this machine's runs",
+        "",
+        f"Experiment `{results.experiment_name}` (id {results.experiment_id or 'not read'}) at "
+        f"`{redact_uris(results.tracking_uri)}`. A run id is empty where this machine has no record of the "
+        "run (a pulled study: `python -m src.evidence restore` rebuilds the runs, found by their key).",
+        "",
+    ]
     dirty = [config for config, flag in table["dirty"].items() if flag]
     if dirty:
         lines += [
@@ -323,10 +349,10 @@ def provenance_lines(analysis: Analysis) -> list[str]:
             "",
         ]
     lines += usage_lines(results.usage)
-    table["run_id"] = [run_link(results.tracking_uri, results.experiment_id, r) for r in table["run_id"]]
+    table["run_id"] = [run_link(results.tracking_uri, results.experiment_id, r) if r else "" for r in table["run_id"]]
     table["git_commit"] = [f"`{c}`" if isinstance(c, str) else c for c in table["git_commit"]]
-    table["data_version"] = [f"`{v}`" if isinstance(v, str) else v for v in table["data_version"]]
-    return lines + [markdown_table(table), ""]
+    table.insert(0, "key", [f"`{k}`" for k in results.runs.get("key", pd.Series("", index=table.index))])
+    return "\n".join(lines + [markdown_table(table), ""])
 
 
 def usage_lines(usage: dict[str, float]) -> list[str]:

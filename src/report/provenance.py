@@ -1,9 +1,11 @@
 """Which runs the analysis reads: exactly the ones the pipeline's summary files name.
 
 Every configuration stage of the pipeline (``src.run``, ``src.finetune.evaluate``) writes a
-small summary JSON (``summaries/**/*.json``) holding at least the ``run_id`` of the MLflow
-run it logged. The analysis fetches those runs by id and nothing else, so a run logged by
-hand, an old profile's run or a failed retry never reaches a report. Anything that would
+small summary JSON (``summaries/**/*.json``) holding at least the ``key`` of the MLflow run it
+logged (:mod:`src.tracking.keys`: a digest of its configuration, code and data, carried by the
+run as a tag). The analysis reads those runs (their evidence folders, else the store's newest
+FINISHED run with that key) and nothing else, so a run logged by hand, an old profile's run or
+a failed retry never reaches a report. Anything that would
 make the binding ambiguous stops the analysis with a one-line error naming the summary
 file: a run that is missing, not FINISHED, deleted, from another experiment or not a
 configuration run; two summaries naming the same run or configuration; or runs that
@@ -19,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from src.study import RUN_KINDS
+from src.tracking.history import read_history
+from src.tracking.keys import KEY_TAG
 
 DIRTY_SUFFIX = "-dirty"
 
@@ -30,15 +34,16 @@ class Summary:
     Attributes:
         path: the file as found.
         name: its path relative to the summaries folder (POSIX), as reports show it.
-        run_id: the MLflow run it names.
+        key: the key of the run it names (:mod:`src.tracking.keys`).
         model, strategy, run_name: what the summary says the run is (checked against the run).
         complete: ``False`` when the stage recorded unscored datasets.
-        usage: the run's requests, tokens and cost (sent apart from cached), where it reported them.
+        usage: the run's requests, tokens and cost (sent apart from cached), from the stage's history
+            file where this machine ran it (:mod:`src.tracking.history`).
     """
 
     path: Path
     name: str
-    run_id: str
+    key: str
     model: str | None = None
     strategy: str | None = None
     complete: bool | None = None
@@ -76,24 +81,24 @@ def read_summaries(directory: Path, expected: Sequence[str] | None = None) -> li
             data = json.loads(path.read_text(encoding="utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as error:
             raise ValueError(f"{path}: not a JSON summary ({error})") from None
-        run_id = data.get("run_id") if isinstance(data, dict) else None
-        if not isinstance(run_id, str) or not run_id.strip():
-            raise ValueError(f"{path}: no 'run_id' (a summary names the MLflow run of one configuration)")
-        run_id = run_id.strip()
-        if run_id in seen:
-            raise ValueError(f"{path}: names run {run_id}, as {seen[run_id]} does (one summary per run)")
-        seen[run_id] = path
+        key = data.get("key") if isinstance(data, dict) else None
+        if not isinstance(key, str) or not key.strip():
+            raise ValueError(f"{path}: no 'key' (a summary names the run of one configuration by its key)")
+        key = key.strip()
+        if key in seen:
+            raise ValueError(f"{path}: names run {key}, as {seen[key]} does (one summary per run)")
+        seen[key] = path
         complete = data.get("complete")
         out.append(
             Summary(
                 path,
                 path.relative_to(directory).as_posix(),
-                run_id,
+                key,
                 _text(data.get("model")),
                 _text(data.get("strategy")),
                 complete if isinstance(complete, bool) else None,
                 _text(data.get("run_name")),
-                _usage(data.get("usage")),
+                _usage(read_history(path).get("usage")),
             )
         )
     return out
@@ -156,7 +161,8 @@ def _field(run, name: str) -> str | None:
 
 
 def fetch_runs(client, summaries: Sequence[Summary], experiment_id: str, experiment_name: str) -> list:
-    """The run each summary names, fetched by id and checked; returned in the summaries' order.
+    """The run each summary names (the newest FINISHED run of the experiment with its key; the same
+    key means the same configuration, code and data), checked; returned in the summaries' order.
 
     Raises:
         ValueError: one line naming the summary file, for the first summary whose run cannot be used.
@@ -165,22 +171,25 @@ def fetch_runs(client, summaries: Sequence[Summary], experiment_id: str, experim
 
     runs = []
     for summary in summaries:
-        where = f"{summary.path}: run {summary.run_id}"
+        where = f"{summary.path}: run {summary.key}"
         try:
-            run = client.get_run(summary.run_id)
+            found = client.search_runs(
+                [experiment_id],
+                filter_string=f"tags.`{KEY_TAG}` = '{summary.key}'",
+                order_by=["attributes.start_time DESC"],
+            )
         except MlflowException as error:
-            if getattr(error, "error_code", "") == "RESOURCE_DOES_NOT_EXIST":
-                raise ValueError(f"{where} not found in the tracking store") from None
             first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
             raise ValueError(f"{where} could not be read: {first}") from None
+        if not found:
+            raise ValueError(
+                f"{where} not found in experiment {experiment_name!r} of the tracking store "
+                "(pass --evidence, or `python -m src.evidence restore` the pulled runs)"
+            )
+        finished = [run for run in found if run.info.status == "FINISHED"]
+        run = finished[0] if finished else found[0]
         name = run_name(run)
         where = f"{where} ({name})"
-        if run.info.experiment_id != experiment_id:
-            other = client.get_experiment(run.info.experiment_id)
-            label = f"{other.name!r}" if other is not None else f"id {run.info.experiment_id}"
-            raise ValueError(f"{where} belongs to experiment {label}, not {experiment_name!r}")
-        if getattr(run.info, "lifecycle_stage", "active") == "deleted":
-            raise ValueError(f"{where} is deleted")
         if run.info.status != "FINISHED":
             raise ValueError(f"{where} is {run.info.status}, not FINISHED")
         kind = run.data.tags.get("kind")
@@ -210,7 +219,7 @@ def check_unique_configurations(summaries: Sequence[Summary], runs: Sequence) ->
                 other = seen[key]
                 raise ValueError(
                     f"{summary.path} and {other.path} both name configuration {name} "
-                    f"(runs {summary.run_id} and {other.run_id}); remove the stale summary"
+                    f"(runs {summary.key} and {other.key}); remove the stale summary"
                 )
         for key in keys:
             seen[key] = summary

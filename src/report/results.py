@@ -18,6 +18,7 @@ import pandas as pd
 from src.redact import redact_uris
 from src.scoring.metrics import MATCH_CLASSES
 from src.study import DATASET_ORDER, FINETUNED, PRIMARY_METRIC, STRATEGY_ORDER, TASK_ORDER
+from src.tracking.keys import KEY_TAG
 
 #: Strategies in table order, fine-tuned configurations last.
 CONFIG_STRATEGY_ORDER = (*STRATEGY_ORDER, FINETUNED)
@@ -38,6 +39,7 @@ RUN_PARAM_COLUMNS = (
     "limit",
     "git_commit",
     "data_version",
+    "code_version",
 )
 
 
@@ -162,9 +164,16 @@ def run_row(
 ) -> dict:
     """One configuration's row: params first, tags where a param is absent, typed values.
 
-    ``summary`` is the summary file (relative to the summaries folder) that named the run.
+    ``summary`` is the summary file (relative to the summaries folder) that named the run;
+    ``run_id`` is empty where this machine did not log the run (a pulled study read from evidence).
     """
-    row: dict[str, Any] = {"config": run_name, "run_id": run_id, "start_time": start_time, "summary": summary}
+    row: dict[str, Any] = {
+        "config": run_name,
+        "run_id": run_id,
+        "key": tags.get(KEY_TAG, ""),
+        "start_time": start_time,
+        "summary": summary,
+    }
     for column in RUN_PARAM_COLUMNS:
         row[column] = params.get(column, tags.get(column))
     row["kind"] = tags.get("kind") or ("finetuned" if row["strategy"] == "finetuned" else "prompted")
@@ -270,7 +279,7 @@ def build_results(
             f"experiment {experiment_name!r} at {redact_uris(tracking_uri)}: no configuration run to analyse"
         )
     frame = pd.DataFrame(runs)
-    for column in ("run_id", "summary", *RUN_PARAM_COLUMNS):
+    for column in ("run_id", "key", "summary", *RUN_PARAM_COLUMNS):
         if column not in frame.columns:
             frame[column] = None
     if "kind" not in frame.columns:
@@ -287,7 +296,10 @@ def build_results(
     for key in ordered_keys(present):
         task, dataset = key.split("/", 1)
         have = {c: artifacts[c][task, dataset] for c in configs if (task, dataset) in artifacts.get(c, {})}
-        where = {c: f"run {run_table.loc[c, 'run_id']} ({c}) bootstrap/{task}/{dataset}.json" for c in have}
+        where = {
+            c: f"run {run_table.loc[c, 'key'] or run_table.loc[c, 'run_id']} ({c}) bootstrap/{task}/{dataset}.json"
+            for c in have
+        }
         data = dataset_stats(task, dataset, have, where)
         note = _instance_note(data)
         if note:

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from src.redact import redact_uris
 from src.report.analysis import instance_table
 from src.report.browser import pages_with
 from src.report.findings import Finding
@@ -95,14 +94,14 @@ def header_lines(analysis: Analysis, profile: str | None) -> list[str]:
     runs = analysis.results.runs
     strategies = [s for s in runs.loc[runs["kind"] == "prompted", "strategy"]]
     provenance = analysis.provenance
-    commits = _join(provenance["git_commit"], 3)
+    codes = _join(provenance["code_version"], 3)
     versions = _join(provenance["data_version"], 2)
     return [
         f"**Profile** {profile or 'not recorded'} · **models** {_join(runs['model'])} · "
         f"**strategies** {_join(strategies)} · **instances** {instances_per_set(analysis)}",
         "",
-        f"Provenance: {len(provenance)} runs (ids in [Provenance](#provenance)), commit {commits}, "
-        f"data version {versions}.",
+        f"Provenance: {len(provenance)} runs (keys in [Provenance](#provenance)), code version {codes}, "
+        f"data version {versions}; run ids, commits and spend: [provenance.md](provenance.md).",
         "",
     ]
 
@@ -201,7 +200,7 @@ def methods_section(page: Page) -> list[str]:
     lines = [
         "## Methods",
         "",
-        f"Experiment `{results.experiment_name}` (id {results.experiment_id}) at `{redact_uris(results.tracking_uri)}`: "
+        f"Experiment `{results.experiment_name}`: "
         f"{len(runs)} configurations ({len(analysis.groups['all'])} prompted, "
         f"{int((runs['kind'] == 'finetuned').sum())} fine-tuned), {len(analysis.tests)} datasets with paired tests, "
         f"{analysis.resamples} bootstrap resamples per dataset (seed {analysis.seed}), alpha = {analysis.alpha}, "
@@ -351,7 +350,5 @@ def rq3_section(page: Page) -> list[str]:
 
 
 def configurations_section(page: Page) -> list[str]:
-    listing = configurations_table(page.analysis).drop(
-        columns=["git_commit", "data_version", "run_id"], errors="ignore"
-    )
+    listing = configurations_table(page.analysis).drop(columns=["key", "code_version", "data_version"], errors="ignore")
     return ["## Configurations", "", markdown_table(listing), ""]

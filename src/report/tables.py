@@ -176,9 +176,9 @@ def configurations_table(analysis: Analysis) -> pd.DataFrame:
         "params_active_b",
         "size_series",
         "seed",
-        "git_commit",
+        "key",
+        "code_version",
         "data_version",
-        "run_id",
     ]
     table = runs[[c for c in columns if c in runs.columns]].copy()
     table.index.name = "configuration"

@@ -181,7 +181,7 @@ def log_config(config: RunConfig, plan: dict, secrets: tuple[str, ...]) -> None:
 def conclude(config: RunConfig, record, outcome, system: PromptedSystem, plan: dict) -> int:
     """Write the summary, name the failures, say what was spent and the verdict; the exit code."""
     if config.summary:
-        write_summary(Path(config.summary), record, outcome)
+        write_summary(Path(config.summary), record, outcome, config.mlflow.experiment, config.mlflow.tracking_uri)
     for line in report_failures(outcome):
         log.error("%s (re-run the same command to complete them from the cache)", line)
     log.info("%s", spend_line(run_usage(outcome), plan["ceiling_cost_usd"]))

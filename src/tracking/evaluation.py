@@ -6,6 +6,11 @@ every configuration and lives here once: the MLflow run (named, tagged, its para
 one typed :class:`RunRecord`), the dataset inputs, the metrics and artifacts of each
 dataset, the final status (set in a ``finally``), stale runs of the same configuration
 closed first, and the small summary file that DVC tracks and the analysis reads.
+
+The summary and the evidence folder (DVC outputs) name the run by its key
+(:mod:`src.tracking.keys`), and hold nothing of its history; the run id, commit, store, usage
+and wall time go to MLflow and to the stage's history file (:mod:`src.tracking.history`),
+which DVC does not version.
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ from src.scoring.system import DatasetPlan, ScoringOptions, System
 from src.study import RUN_KINDS
 from src.tracking import store as tracking
 from src.tracking.evidence import clean_metrics, clean_tags, write_evidence
+from src.tracking.history import write_history
+from src.tracking.keys import KEY_TAG, code_version, run_key, without_history
 from src.tracking.run_tree import parent_tags, study_tags
 from src.tracking.store import redact
 
@@ -71,12 +78,24 @@ class RunRecord:
             raise ValueError(f"run kind must be one of {RUN_KINDS}, got {self.kind!r}")
 
     def all_params(self) -> dict[str, Any]:
-        return {"model": self.model, "strategy": self.strategy, "kind": self.kind, **self.params}
+        return {
+            "model": self.model,
+            "strategy": self.strategy,
+            "kind": self.kind,
+            **self.params,
+            "code_version": code_version(),
+        }
+
+    @property
+    def key(self) -> str:
+        """The run's deterministic name (:func:`src.tracking.keys.run_key`)."""
+        return run_key(self.kind, self.run_name, self.all_params())
 
     def all_tags(self) -> dict[str, str]:
         return {
             **study_tags(self.model, self.strategy, self.params, self.profile),
             "kind": self.kind,
+            KEY_TAG: self.key,
             **self.tags,
         }
 
@@ -102,6 +121,8 @@ class RunOutcome:
     run_id: str
     outcomes: list[DatasetOutcome]
     logged: dict[str, float] = field(default_factory=dict)  # every metric the run logged (read back)
+    params: dict[str, str] = field(default_factory=dict)  # every param the run logged (read back)
+    wall_time_s: float = 0.0
 
     @property
     def complete(self) -> bool:
@@ -187,12 +208,19 @@ def evaluate_configuration(
             totals = {f"usage.{name}": value for name, value in report["total"].items() if name != "latency_s"}
             if totals:  # the run's total (latency aside: it is the machine's, kept in usage.json)
                 mlflow.log_metrics(totals)
-            mlflow.log_metric("wall_time_s", time.perf_counter() - started)
+            wall_time = time.perf_counter() - started
+            mlflow.log_metric("wall_time_s", wall_time)
             status = "FINISHED" if all(o.evaluation is not None for o in outcomes) else "FAILED"
         finally:
             mlflow.end_run(status=status)
     finished = mlflow.MlflowClient().get_run(active.info.run_id)
-    outcome = RunOutcome(active.info.run_id, outcomes, dict(finished.data.metrics))
+    outcome = RunOutcome(
+        active.info.run_id,
+        outcomes,
+        dict(finished.data.metrics),
+        dict(finished.data.params),
+        float(finished.data.metrics.get("wall_time_s", 0.0)),
+    )
     if evidence is not None:
         write_run_evidence(Path(evidence), record, outcome, finished, experiment, secrets)
     return outcome
@@ -218,14 +246,14 @@ def write_run_evidence(
     the store (params, metrics, tags), and each scored dataset's predictions and bootstrap artifact."""
 
     data = {
-        "run_id": outcome.run_id,
+        "key": record.key,
         "run_name": record.run_name,
         "experiment": experiment,
         "kind": record.kind,
         "model": record.model,
         "strategy": record.strategy,
         "complete": outcome.complete,
-        "params": dict(sorted(run.data.params.items())),
+        "params": without_history(run.data.params),
         "metrics": clean_metrics(run.data.metrics),
         "tags": clean_tags(run.data.tags),
     }
@@ -271,7 +299,8 @@ def _evaluate_one(
 
 
 def summary(record: RunRecord, outcome: RunOutcome) -> dict[str, Any]:
-    """The small JSON DVC tracks per configuration: the run id (provenance) and headline metrics."""
+    """The small JSON DVC tracks per configuration: the run's key and headline metrics (nothing of
+    its history: the run id and usage are in its history file)."""
     metrics: dict[str, dict[str, dict[str, float]]] = {}
     everything = outcome.metrics()
     for o in outcome.outcomes:
@@ -280,8 +309,8 @@ def summary(record: RunRecord, outcome: RunOutcome) -> dict[str, Any]:
             value = everything.get(f"{o.plan.task}.{o.plan.dataset}.{name}")
             if value is not None:
                 block[name] = round(float(value), 6)
-    data = {
-        "run_id": outcome.run_id,
+    return {
+        "key": record.key,
         "run_name": record.run_name,
         "kind": record.kind,
         "model": record.model,
@@ -289,10 +318,6 @@ def summary(record: RunRecord, outcome: RunOutcome) -> dict[str, Any]:
         "complete": outcome.complete,
         "metrics": metrics,
     }
-    usage = run_usage(outcome)
-    if usage:
-        data["usage"] = usage
-    return data
 
 
 def run_usage(outcome: RunOutcome) -> dict[str, float]:
@@ -304,10 +329,26 @@ def run_usage(outcome: RunOutcome) -> dict[str, float]:
     return {name: round(value, 6) for name, value in sorted(total.items()) if name != "latency_s"}
 
 
-def write_summary(path: Path, record: RunRecord, outcome: RunOutcome) -> None:
-    """Write :func:`summary` atomically enough for DVC (one small file)."""
+def write_summary(
+    path: Path, record: RunRecord, outcome: RunOutcome, experiment: str, tracking_uri: str | None = None
+) -> None:
+    """Write :func:`summary` (one small file DVC tracks) and, beside the summaries, the run's
+    history file (:func:`src.tracking.history.write_history`)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(summary(record, outcome), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    write_history(
+        path,
+        {
+            "key": record.key,
+            "run_id": outcome.run_id,
+            "run_name": record.run_name,
+            "experiment": experiment,
+            "tracking_uri": tracking.tracking_uri(tracking_uri),
+            "git_commit": outcome.params.get("git_commit"),
+            "wall_time_s": round(outcome.wall_time_s, 3),
+            "usage": run_usage(outcome),
+        },
+    )
 
 
 def report_failures(outcome: RunOutcome) -> list[str]:

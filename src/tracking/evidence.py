@@ -4,9 +4,10 @@ The MLflow store is in no DVC remote, so everything the analysis needs from a ru
 folder per configuration too (``evidence/runs/{model}-{strategy}/``,
 ``evidence/finetuned/{model}/``), a cached DVC output beside the summary:
 
-* ``run.json``: run id, name, experiment, kind, model, strategy, params (strings, as MLflow
-  keeps them), metrics and tags, without anything machine- or history-specific (no timings, no
-  owner pid/host, no usage counters, no tracking URI);
+* ``run.json``: the run's key (:mod:`src.tracking.keys`), name, experiment, kind, model,
+  strategy, params (strings, as MLflow keeps them), metrics and tags, without anything machine-
+  or history-specific (no run id, commit, timings, owner pid/host, usage counters or tracking URI:
+  those are in the stage's history file, :mod:`src.tracking.history`);
 * ``predictions/{task}/{dataset}.jsonl.gz``: the predictions rows (the MLflow artifact's content);
 * ``bootstrap/{task}/{dataset}.json.gz``: the bootstrap artifact (per-instance statistics).
 
@@ -27,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from src.config.locate import PROJECT_ROOT
+from src.tracking.keys import KEY_TAG
 from src.tracking.run_tree import PROFILE_TAG, parent_tags
 from src.tracking.store import default_experiment, start_experiment, tracking_uri
 
@@ -36,9 +39,13 @@ RUN_FILE = "run.json"
 PREDICTIONS = "predictions"
 BOOTSTRAP = "bootstrap"
 #: Tags and metrics that describe the machine or the run's history, never the result.
-MACHINE_TAGS = ("tempgen.pid", "tempgen.host", "tempgen.closed_as_stale")
-MACHINE_METRIC = re.compile(r"(^wall_time_s$|latency_s$|(^|\.)usage\.|^concurrency_)")
-SOURCE_RUN_TAG = "tempgen.source_run_id"  # on a restored run: the run id it was rebuilt from
+MACHINE_TAGS = ("tempgen.pid", "tempgen.host", "tempgen.closed_as_stale", "checkpoint")
+#: Tags naming other runs by id (their keys are kept instead).
+RUN_ID_TAG = re.compile(r"^training_run\.")
+MACHINE_METRIC = re.compile(
+    r"(^wall_time_s$|latency_s$|(^|\.)usage\.|^concurrency_|_time_s$|_per_s$|runtime$|_per_second$|^total_flos$)"
+)
+RESTORED_TAG = "tempgen.restored_from"  # on a restored run: the evidence folder it was rebuilt from
 
 
 @dataclass
@@ -51,8 +58,8 @@ class Evidence:
     predictions: dict[tuple[str, str], list[dict]] = field(default_factory=dict)
 
     @property
-    def run_id(self) -> str:
-        return str(self.run.get("run_id") or "")
+    def key(self) -> str:
+        return str(self.run.get("key") or "")
 
 
 def _gzip_bytes(text: str) -> bytes:
@@ -64,8 +71,13 @@ def _dumps(obj: Any) -> str:
 
 
 def clean_tags(tags: Mapping[str, str]) -> dict[str, str]:
-    """The tags worth keeping: MLflow's own (``mlflow.*``: user, source) and owner tags left out."""
-    return {k: str(v) for k, v in sorted(tags.items()) if not k.startswith("mlflow.") and k not in MACHINE_TAGS}
+    """The tags worth keeping: MLflow's own (``mlflow.*``: user, source, parent), owner tags and
+    tags naming other runs by id left out."""
+    return {
+        k: str(v)
+        for k, v in sorted(tags.items())
+        if not k.startswith("mlflow.") and k not in MACHINE_TAGS and not RUN_ID_TAG.match(k)
+    }
 
 
 def clean_metrics(metrics: Mapping[str, float]) -> dict[str, float]:
@@ -112,8 +124,8 @@ def read_run(folder: Path | str) -> dict[str, Any]:
         raise ValueError(f"evidence folder {folder}: no {RUN_FILE}") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise ValueError(f"{path}: not JSON ({error})") from None
-    if not isinstance(data, dict) or not isinstance(data.get("run_id"), str) or not data["run_id"]:
-        raise ValueError(f"{path}: no 'run_id'")
+    if not isinstance(data, dict) or not isinstance(data.get("key"), str) or not data["key"]:
+        raise ValueError(f"{path}: no 'key' (the run's key; written by this version's stages: `dvc repro` again)")
     for key in ("params", "metrics", "tags"):
         if not isinstance(data.get(key, {}), dict):
             raise ValueError(f"{path}: '{key}' is not a mapping")
@@ -156,20 +168,21 @@ def restore_runs(
 ) -> tuple[list[str], list[str]]:
     """Rebuild in the store the runs of every evidence folder under ``root`` (:mod:`src.tracking.evidence`).
 
-    Each becomes a run with the original name, params, metrics, tags and the ``predictions/`` and
-    ``bootstrap/`` artifacts of a live run, tagged ``tempgen.source_run_id`` with the original id,
-    FINISHED (FAILED when the folder says the run was incomplete). A folder whose run is already
-    there (found by that tag, in the target experiment) is skipped, so a second call adds nothing;
-    no other run is read or changed.
-    ``experiment`` defaults to each folder's own. Returns (new run ids, skipped source ids).
+    Each becomes a run with the original name, params, metrics (a training's with its history,
+    step by step), tags and artifacts (a configuration's ``predictions/`` and ``bootstrap/``; the
+    files a training or an analysis named), nested under its profile's parent run where the
+    original was, FINISHED (FAILED when the folder says the run was incomplete). A folder whose
+    run is already there (its key, :data:`~src.tracking.keys.KEY_TAG`, in the target experiment)
+    is skipped, so a second call adds nothing; no other run is read or changed.
+    ``experiment`` defaults to each folder's own. Returns (new run ids, skipped keys).
     """
-    from mlflow.entities import Metric, Param, RunTag
     from mlflow.tracking import MlflowClient
 
     folders = evidence_folders(root)
     if not folders:
         raise ValueError(f"no evidence folder (*/run.json) under {root} (`dvc pull` first)")
     resolved = tracking_uri(uri)
+    client = MlflowClient(resolved)
     created, skipped = [], []
     experiments: dict[str, str] = {}
     for folder in folders:
@@ -178,47 +191,60 @@ def restore_runs(
         name = experiment or str(run.get("experiment") or default_experiment())
         if name not in experiments:
             experiments[name] = start_experiment(name, resolved)
-        client = MlflowClient(resolved)
-        source = evidence.run_id
         found = client.search_runs(
-            [experiments[name]], filter_string=f"tags.`{SOURCE_RUN_TAG}` = '{source}'", max_results=1
+            [experiments[name]], filter_string=f"tags.`{KEY_TAG}` = '{evidence.key}'", max_results=1
         )
-        if found or _run_exists_in(client, source, experiments[name]):
-            skipped.append(source)
+        if found:
+            skipped.append(evidence.key)
             continue
-        tags = {**{k: str(v) for k, v in run.get("tags", {}).items()}, SOURCE_RUN_TAG: source}
-        tags["tempgen.restored_from"] = folder.as_posix()
-        tags.update(parent_tags(client, experiments[name], tags.get(PROFILE_TAG)))  # nested as in the original
-        new = client.create_run(experiments[name], tags=tags, run_name=str(run.get("run_name") or source))
-        run_id = new.info.run_id
-        try:
-            params = [Param(k, str(v)) for k, v in sorted(run.get("params", {}).items())]
-            metrics = [Metric(k, float(v), 0, 0) for k, v in sorted(run.get("metrics", {}).items())]
-            for start in range(0, max(len(params), len(metrics)), 100):  # MLflow's batch limits
-                client.log_batch(run_id, metrics=metrics[start : start + 100], params=params[start : start + 100])
-            client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])
-            for (task, dataset), rows in sorted(evidence.predictions.items()):
-                text = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
-                client.log_text(run_id, text, f"predictions/{task}/{dataset}.jsonl")
-            for (task, dataset), artifact in sorted(evidence.bootstrap.items()):
-                client.log_text(
-                    run_id, json.dumps(artifact, ensure_ascii=False, indent=1), f"bootstrap/{task}/{dataset}.json"
-                )
-            client.set_terminated(run_id, status="FAILED" if run.get("complete") is False else "FINISHED")
-        except BaseException:
-            client.set_terminated(run_id, status="FAILED")  # never left RUNNING; a rerun retries the folder
-            client.delete_run(run_id)
-            raise
-        created.append(run_id)
-        log.info("restored %s (%s) as run %s", run.get("run_name"), source, run_id)
+        created.append(_restore_one(client, experiments[name], evidence))
+        log.info("restored %s (key %s) as run %s", run.get("run_name"), evidence.key, created[-1])
     return created, skipped
 
 
-def _run_exists_in(client: Any, run_id: str, experiment_id: str) -> bool:
-    """The original run itself is in this store (restoring into the store that ran the study)."""
-    from mlflow.exceptions import MlflowException
+def _restore_one(client: Any, experiment_id: str, evidence: Evidence) -> str:
+    """One evidence folder as a new run of ``experiment_id``; never left RUNNING (deleted on a failure)."""
+    from mlflow.entities import Metric, Param, RunTag
 
+    run = evidence.run
+    tags = {**{k: str(v) for k, v in run.get("tags", {}).items()}, KEY_TAG: evidence.key}
+    tags["kind"] = str(run.get("kind") or tags.get("kind"))
+    tags[RESTORED_TAG] = evidence.folder.as_posix()
+    tags.update(parent_tags(client, experiment_id, tags.get(PROFILE_TAG)))  # nested as in the original
+    new = client.create_run(experiment_id, tags=tags, run_name=str(run.get("run_name") or evidence.key))
+    run_id = new.info.run_id
     try:
-        return client.get_run(run_id).info.experiment_id == experiment_id
-    except MlflowException:
-        return False
+        params = [Param(k, str(v)) for k, v in sorted(run.get("params", {}).items())]
+        metrics = [Metric(k, float(v), 0, 0) for k, v in sorted(run.get("metrics", {}).items())]
+        for key, points in sorted((run.get("history") or {}).items()):
+            metrics += [Metric(key, float(value), 0, int(step)) for step, value in points]
+        for start in range(0, max(len(params), len(metrics)), 100):  # MLflow's batch limits
+            client.log_batch(run_id, metrics=metrics[start : start + 100], params=params[start : start + 100])
+        client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])
+        for (task, dataset), rows in sorted(evidence.predictions.items()):
+            text = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
+            client.log_text(run_id, text, f"predictions/{task}/{dataset}.jsonl")
+        for (task, dataset), artifact in sorted(evidence.bootstrap.items()):
+            client.log_text(
+                run_id, json.dumps(artifact, ensure_ascii=False, indent=1), f"bootstrap/{task}/{dataset}.json"
+            )
+        for source, destination in run.get("artifacts") or []:
+            _log_artifact(client, run_id, evidence.folder, source, destination)
+        client.set_terminated(run_id, status="FAILED" if run.get("complete") is False else "FINISHED")
+    except BaseException:
+        client.set_terminated(run_id, status="FAILED")  # never left RUNNING; a rerun retries the folder
+        client.delete_run(run_id)
+        raise
+    return run_id
+
+
+def _log_artifact(client: Any, run_id: str, folder: Path, source: str, destination: str) -> None:
+    """A file or folder a run.json names (relative to the project: a DVC output of the same stage)
+    logged where the original run logged it (``destination``: its artifact folder, "" the root)."""
+    path = PROJECT_ROOT / source
+    if not path.exists():
+        raise ValueError(f"{folder / RUN_FILE}: names artifact {source}, which is not here (`dvc pull` it)")
+    if path.is_dir():
+        client.log_artifacts(run_id, str(path), destination or None)
+    else:
+        client.log_artifact(run_id, str(path), destination or None)

@@ -67,22 +67,33 @@ def parent_tags(client, experiment_id: str, profile: str | None) -> dict[str, st
     return {PARENT_TAG: profile_parent(client, experiment_id, profile)}
 
 
-def log_analysis_run(experiment: str, uri: str, profile: str, out, params: dict[str, Any]) -> str:
-    """Log the analysis of a profile as a run nested under its parent: the report, the heatmap,
-    the tables and figures as artifacts, so the MLflow UI carries the study's results."""
+#: What an analysis run logs: (file or folder of the report, artifact folder; "" the root).
+ANALYSIS_ARTIFACTS = (
+    ("report.html", ""),
+    ("report.md", ""),
+    ("analysis.json", ""),
+    ("tables", "tables"),
+    ("figures", "figures"),
+)
+
+
+def log_analysis_run(experiment: str, uri: str, record: dict[str, Any], out) -> str:
+    """Log the analysis of a profile (``record``: its name, params and tags, the profile among them)
+    as a run nested under its parent: the report, the tables and figures as artifacts, so the
+    MLflow UI carries the study's results."""
 
     import mlflow
 
     out = Path(out)
     experiment_id = tracking.start_experiment(experiment, uri)
     client = mlflow.MlflowClient()
-    tags = {"kind": "analysis", PROFILE_TAG: profile, **parent_tags(client, experiment_id, profile)}
-    with mlflow.start_run(experiment_id=experiment_id, run_name=f"analysis {profile}", tags=tags) as active:
-        mlflow.log_params(params)
-        for name in ("report.html", "report.md", "analysis.json"):
-            if (out / name).is_file():
-                mlflow.log_artifact(str(out / name))
-        for folder in ("tables", "figures"):
-            if (out / folder).is_dir():
-                mlflow.log_artifacts(str(out / folder), folder)
+    tags = {**record["tags"], **parent_tags(client, experiment_id, record["tags"].get(PROFILE_TAG))}
+    with mlflow.start_run(experiment_id=experiment_id, run_name=record["run_name"], tags=tags) as active:
+        mlflow.log_params(record["params"])
+        for name, folder in ANALYSIS_ARTIFACTS:
+            path = out / name
+            if path.is_file():
+                mlflow.log_artifact(str(path), folder or None)
+            elif path.is_dir():
+                mlflow.log_artifacts(str(path), folder or None)
     return active.info.run_id

@@ -218,13 +218,19 @@ def environment_secrets(names: tuple[str, ...] = API_KEY_VARIABLES) -> tuple[str
 
 
 def git_commit() -> str:
-    """The project's current commit (with ``-dirty`` when the tree has changes), or ``unknown``."""
+    """The project's current commit (with ``-dirty`` when the tree has changes), or ``unknown``.
+
+    ``dvc.lock`` does not count: ``dvc repro`` rewrites it while the pipeline runs, so every stage
+    after the first would otherwise call a clean checkout dirty."""
     try:
         commit = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=PROJECT_ROOT, capture_output=True, text=True, check=True
         ).stdout.strip()
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=PROJECT_ROOT, capture_output=True, text=True
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)dvc.lock"],
+            cwd=PROJECT_ROOT,
+            capture_output=True,
+            text=True,
         ).stdout.strip()
         return commit + ("-dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):

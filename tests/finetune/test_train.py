@@ -405,6 +405,7 @@ def test_a_training_run_lands_in_mlflow_with_params_metrics_and_the_weights_hash
         experiment="finetune-test",
         summary_extra={"model": "tiny", "task": "timex"},
         data_files=[tmp_path / "train.jsonl", tmp_path / "val.jsonl"],
+        evidence=tmp_path / "evidence/training/tiny-timex",
     )
     assert mlflow.active_run() is None  # the run was closed
     assert not (out / RUN_FILE).exists()  # the link is the weights hash in MLflow, not a file
@@ -426,10 +427,25 @@ def test_a_training_run_lands_in_mlflow_with_params_metrics_and_the_weights_hash
     assert {"eval_precision", "eval_recall", "train_time_s", "best_val_f1"} <= set(run.data.metrics)
     assert run.data.metrics["train_time_s"] == pytest.approx(summary["train_time_s"])
     logged_file = client.download_artifacts(run.info.run_id, "training/training_summary.json", str(tmp_path))
-    logged = json.loads(Path(logged_file).read_text(encoding="utf-8"))
-    assert logged["train_time_s"] == pytest.approx(summary["train_time_s"])  # the timings live in MLflow
     on_disk = json.loads((out / "training_summary.json").read_text(encoding="utf-8"))
-    assert "train_time_s" not in on_disk and "mlflow_run_id" not in on_disk
+    assert json.loads(Path(logged_file).read_text(encoding="utf-8")) == on_disk  # the checkpoint's own file
+    assert "train_time_s" not in on_disk and "mlflow_run_id" not in on_disk  # the timings live in the metrics
+
+    # issue 38: the training travels as evidence and a restore rebuilds it, history and all
+    from src.tracking.evidence import MACHINE_METRIC, restore_runs
+    from src.tracking.keys import KEY_TAG
+
+    fresh = f"sqlite:///{tmp_path / 'fresh.db'}"
+    created, _ = restore_runs(tmp_path / "evidence", uri=fresh)
+    copy = mlflow.MlflowClient(tracking_uri=fresh).get_run(created[0])
+    assert copy.info.run_name == run.info.run_name and copy.data.tags["kind"] == "training"
+    assert copy.data.tags[KEY_TAG] == run.data.tags[KEY_TAG] and "mlflow.parentRunId" not in copy.data.tags
+    assert copy.data.params == {k: v for k, v in params.items() if k != "git_commit"}
+    assert copy.data.metrics == {k: v for k, v in run.data.metrics.items() if not MACHINE_METRIC.search(k)}
+    for name in ("loss", "eval_f1", "learning_rate"):
+        original = [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, name)]
+        restored = mlflow.MlflowClient(tracking_uri=fresh).get_metric_history(copy.info.run_id, name)
+        assert sorted((m.step, m.value) for m in restored) == sorted(original), name
 
 
 @pytest.mark.slow

@@ -2,7 +2,7 @@
 
 Runs are created with ``src.scoring.evaluate.evaluate_dataset`` + ``log_evaluation`` so the
 artifact formats stay in sync with what ``src.run`` logs, and summary files shaped like the
-pipeline's (``run_id``, ``model``, ``strategy``, ``complete``, ``metrics``) name them. The
+pipeline's (``key``, ``model``, ``strategy``, ``complete``, ``metrics``) name them. The
 report tests share one per session: the ``store`` fixture of ``tests/report/conftest.py``.
 """
 
@@ -16,6 +16,8 @@ import mlflow
 
 from src.data.schema import Record
 from src.scoring.evaluate import InstanceOutput, evaluate_dataset, log_evaluation
+from src.tracking.history import write_history
+from src.tracking.keys import KEY_TAG
 from tests.helpers.records import make_record
 
 INSTANCES = 20
@@ -85,7 +87,9 @@ def log_run(
     family, architecture, size, series = MODELS[model]
     quality = QUALITY[model, strategy] if quality is None else quality
     with mlflow.start_run(run_name=f"{model}-{strategy}") as run:
-        mlflow.set_tags({"model": model, "strategy": strategy, **({"kind": kind} if kind else {})})
+        # the run's key is its id here: unique, as a real key is per configuration, code and data
+        tags = {"model": model, "strategy": strategy, KEY_TAG: run.info.run_id, **({"kind": kind} if kind else {})}
+        mlflow.set_tags(tags)
         params = {
             "model": model,
             "model_id": f"test/{model}",
@@ -117,20 +121,22 @@ class Store(NamedTuple):
 
 
 def write_summary(directory: Path, config: str, run_id: str, complete: bool = True, usage: dict | None = None) -> Path:
-    """A summary file like the pipeline's: ``runs/{config}.json``, or ``finetuned/{model}.json``."""
+    """A summary file like the pipeline's: ``runs/{config}.json``, or ``finetuned/{model}.json``,
+    naming the run by its key (its id in these stores); ``usage`` goes to its history file."""
     model, strategy = config.rsplit("-", 1)
     path = directory / ("finetuned" if strategy == "finetuned" else "runs") / f"{config}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     summary = {
-        "run_id": run_id,
+        "key": run_id,
         "run_name": config,
         "model": model,
         "strategy": strategy,
         "complete": complete,
         "metrics": {},
-        **({"usage": usage} if usage is not None else {}),
     }
     path.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    if usage is not None:
+        write_history(path, {"run_id": run_id, "usage": usage})
     return path
 
 

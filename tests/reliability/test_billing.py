@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from src.data.schema import Record, Span, write_records
+from src.tracking.history import read_history
 from tests.helpers.openai_server import OpenAIServer, last_user_message
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -98,7 +99,7 @@ def _usage(workspace: Path, name: str) -> dict:
     import mlflow
 
     client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{workspace / name / 'mlflow.db'}")
-    run_id = _summary(workspace, name)["run_id"]
+    run_id = read_history(workspace / name / "summary.json")["run_id"]
     folder = client.download_artifacts(run_id, "usage.json", str(workspace / name / "artifacts"))
     return json.loads(Path(folder).read_text())["total"]
 
@@ -170,7 +171,7 @@ def test_a_model_that_refuses_everything_is_answered_counted_and_flagged_never_r
     assert seen == N and billed["responses"] == N  # one billed attempt each, not 7
     metrics = _summary(workspace, "refusals")["metrics"]["timex"]["base"]
     assert metrics["refusal_rate"] == 1.0 and metrics["f1"] == 0.0 and metrics["parse_failure_rate"] == 0.0
-    usage = _summary(workspace, "refusals")["usage"]
+    usage = read_history(workspace / "refusals" / "summary.json")["usage"]
     assert usage["billed_attempts"] == N and usage["completion_tokens"] == billed["completion_tokens"]
     assert "refusals above 5%: timex/base 100.0%" in done.stdout
     entries = [json.loads(p.read_text()) for p in (workspace / "refusals" / "cache").glob("??/*.json")]
@@ -186,5 +187,5 @@ def test_a_run_whose_replies_keep_failing_the_same_way_stops_early_naming_the_fa
     assert lines and "the last 20 attempts" in lines[0] and "(null content)" in lines[0]
     assert seen <= 20 + 4  # not 7 attempts for each of 40 instances (280)
     assert "Traceback" not in done.stderr
-    usage = _summary(workspace, "stopped")["usage"]
+    usage = read_history(workspace / "stopped" / "summary.json")["usage"]
     assert usage["attempts"] == seen and usage["billed_attempts"] == seen  # every null content was billed

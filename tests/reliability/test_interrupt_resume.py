@@ -68,6 +68,9 @@ def _run(workspace: Path, server: SignallingServer, signal_at: int | None) -> su
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # a shell's background job (`pytest ... &`) ignores SIGINT, and its children inherit that:
+        # the run is started as a foreground command is, with Ctrl-C's default meaning
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     server.victim = process
     stdout, stderr = process.communicate(timeout=300)

@@ -19,6 +19,7 @@ from src.report.provenance import (
     read_summaries,
     split_data_version,
 )
+from src.tracking.keys import KEY_TAG
 from tests.helpers.mlflow_study import DATASETS, EXPERIMENT, log_run, write_summary
 
 MISSING_RUN = "0" * 32
@@ -87,21 +88,15 @@ def test_hand_runs_never_change_a_pipeline_report(tmp_path):
     assert analyse(uri, summaries, tmp_path / "first", "pipeline") == 0
     first = outputs(tmp_path / "first")
     summary = json.loads(first["analysis.json"])
-    assert {c: p["run_id"] for c, p in summary["provenance"].items()} == ids
+    assert {c: p["key"] for c, p in summary["provenance"].items()} == ids
     assert summary["provenance"]["small-I"] == {
         "summary": "runs/small-I.json",
-        "run_id": ids["small-I"],
-        "git_commit": "abc123",
-        "dirty": False,
+        "key": ids["small-I"],
+        "code_version": None,
         "data_version": "raw:test/datasets:test",
     }
-    assert summary["dirty_commits"] == ["small-D"]
-    assert summary["usage"] == {
-        "runs": 2, "requests": 20, "sent": 7, "cached": 13, "attempts": 9, "retried": 2, "billed_attempts": 8,
-        "cost": 0.25, "cost_reported": 0.1, "cost_price_table": 0.1, "cost_estimated": 0.05, "cached_cost": 1.5,
-        "prompt_tokens": 100, "estimated_prompt_tokens": 30,
-    }  # fmt: skip
-    report = first["report.md"].decode()
+    assert "usage" not in summary and "dirty_commits" not in summary  # history: the provenance page's
+    report = (tmp_path / "first" / "provenance.md").read_text()
     assert (
         "**Requests and cost** (the 2 prompted runs' totals, as each logged them in `usage.json`): 20 requests, "
         "of which 7 sent (9 attempts, 8 of them billed, 2 of them retries; 0 failed), 13 answered from the cache"
@@ -112,10 +107,8 @@ def test_hand_runs_never_change_a_pipeline_report(tmp_path):
         "new cost $0.25 (provider-reported $0.1, price table $0.1, estimated $0.05), cached answers' cost $1.50"
         in report
     )
-    assert "## Provenance" in report and "**Uncommitted changes**: the runs of small-D" in report
-    assert (
-        f"| small-I | runs/small-I.json | `{ids['small-I']}` | `abc123` | False | `raw:test/datasets:test` |" in report
-    )
+    assert "**Uncommitted changes**: the runs of small-D" in report
+    assert f"| small-I | `{ids['small-I']}` | `{ids['small-I']}` | `abc123` | False |" in report
 
     # a newer FINISHED run under a pipeline configuration's name, with other metrics, and a new hand configuration
     stray = log_run("small", "I", quality=0.0, datasets=datasets)
@@ -136,6 +129,7 @@ def bad_runs(store):
 
     def make(name, status="FINISHED", tags=None, params=None, metrics=None, experiment_id=experiment):
         run = client.create_run(experiment_id, run_name=name, tags={"kind": "prompted", **(tags or {})})
+        client.set_tag(run.info.run_id, KEY_TAG, run.info.run_id)  # keys are run ids in these stores
         for key, value in (params or {}).items():
             client.log_param(run.info.run_id, key, value)
         for key, value in (metrics or {}).items():
@@ -175,8 +169,8 @@ def bad_runs(store):
         ("running", ["running"], "is RUNNING, not FINISHED"),
         ("failed", ["failed"], "is FAILED, not FINISHED"),
         ("killed", ["killed"], "is KILLED, not FINISHED"),
-        ("missing", [MISSING_RUN], f"run {MISSING_RUN} not found in the tracking store"),
-        ("foreign", ["foreign"], "belongs to experiment 'elsewhere-"),
+        ("missing", [MISSING_RUN], f"run {MISSING_RUN} not found in experiment '{EXPERIMENT}'"),
+        ("foreign", ["foreign"], f"not found in experiment '{EXPERIMENT}'"),
         ("untagged", ["untagged"], "is not a configuration run"),
         ("twin", ["large-I", "twin"], "both name configuration large-I"),
         (
@@ -197,7 +191,7 @@ def test_a_summary_naming_an_unusable_run_is_a_one_line_error_naming_the_file(
         run_id = store.ids.get(name) or bad_runs.get(name) or name
         path = summaries / "runs" / f"case{n}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"run_id": run_id, "complete": True}), encoding="utf-8")
+        path.write_text(json.dumps({"key": run_id, "complete": True}), encoding="utf-8")
         paths.append(path)
     assert analyse(store.uri, summaries, tmp_path / "out") == 2
     err = capsys.readouterr().err.strip()
@@ -209,10 +203,10 @@ def test_a_summary_naming_an_unusable_run_is_a_one_line_error_naming_the_file(
 @pytest.mark.parametrize(
     "content, message",
     [
-        ({"model": "large"}, "no 'run_id'"),
+        ({"model": "large"}, "no 'key'"),
         ("not json", "not a JSON summary"),
-        ({"run_id": "RUN", "model": "small"}, "the summary says model 'small', the run logged 'large'"),
-        ({"run_id": "RUN", "complete": False}, "the summary says the configuration is incomplete"),
+        ({"key": "RUN", "model": "small"}, "the summary says model 'small', the run logged 'large'"),
+        ({"key": "RUN", "complete": False}, "the summary says the configuration is incomplete"),
     ],
 )
 def test_malformed_or_contradicting_summaries_are_errors(store, tmp_path, capsys, content, message):
@@ -246,7 +240,7 @@ def test_summaries_are_found_recursively_in_path_order(store):
     assert [s.name for s in listed] == ["finetuned/bert-finetuned.json"] + sorted(
         f"runs/{c}.json" for c in store.ids if not c.endswith("finetuned")
     )
-    assert {s.run_id for s in listed} == set(store.ids.values())
+    assert {s.key for s in listed} == set(store.ids.values())
 
 
 def test_data_versions_are_compared_where_the_param_can_tell():

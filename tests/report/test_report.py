@@ -226,15 +226,18 @@ def test_run_links_point_into_the_mlflow_ui_only_for_a_server():
     assert run_link("sqlite:///mlruns/mlflow.db", "3", "abc") == "`abc`"
 
 
-def test_provenance_section_names_every_run_commit_and_data_version(store, report_dir):
+def test_provenance_section_names_every_run_by_key_and_the_history_page_by_id(store, report_dir):
     report = (report_dir / "report.md").read_text()
     section = report[report.index("## Provenance") : report.index("## Configurations")]
-    for config, run_id in store.ids.items():
-        assert f"| {config} | " in section and f"`{run_id}`" in section
-    assert "runs/large-I.json" in section and "`raw:test/datasets:test`" in section and "`abc123`" in section
-    assert "Uncommitted changes" not in section
+    for config, key in store.ids.items():  # in these stores a run's key is its id
+        assert f"| {config} | " in section and f"`{key}`" in section
+    assert "runs/large-I.json" in section and "`raw:test/datasets:test`" in section
+    assert "abc123" not in report and "[provenance.md](provenance.md)" in section  # the commit is history
+    history = (report_dir / "provenance.md").read_text()
+    assert "`abc123`" in history and "Uncommitted changes" not in history
     summary = json.loads((report_dir / "analysis.json").read_text())
-    assert summary["provenance"]["large-I"]["run_id"] == store.ids["large-I"] and summary["dirty_commits"] == []
+    assert summary["provenance"]["large-I"]["key"] == store.ids["large-I"]
+    assert "run_id" not in summary["provenance"]["large-I"] and "usage" not in summary
     provenance = pd.read_csv(report_dir / "tables" / "provenance.csv", index_col=0)
     assert provenance.loc["bert-finetuned", "summary"] == "finetuned/bert-finetuned.json"
 
@@ -332,7 +335,8 @@ def test_the_report_opens_with_the_headline_in_order(report_dir):
     assert lines[2].startswith("**Profile** not recorded · **models** large, small, sparse, bert · **strategies** I, D")
     assert "**instances** 20 per set, except timex/adv_p: 19" in lines[2]
     assert lines[4] == (
-        "Provenance: 7 runs (ids in [Provenance](#provenance)), commit abc123, data version raw:test/datasets:test."
+        "Provenance: 7 runs (keys in [Provenance](#provenance)), code version none recorded, data version "
+        "raw:test/datasets:test; run ids, commits and spend: [provenance.md](provenance.md)."
     )
     order = ["## Findings", "## F1 by configuration", "## Generalization gap", "## Methods", "## Results per dataset"]
     assert [report.index(h) for h in order] == sorted(report.index(h) for h in order)

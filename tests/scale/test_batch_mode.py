@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from src.data.schema import write_records
+from src.tracking.history import read_history
 from tests.helpers.batch_server import BatchServer
 from tests.helpers.openai_server import OpenAIServer
 from tests.helpers.paths import REPO_ROOT
@@ -111,8 +112,8 @@ def test_a_batch_run_equals_the_synchronous_run_at_the_batch_price(workspace: Pa
     assert summary(workspace, dialect)["metrics"] == synchronous["summary"]["metrics"]
     assert len(created) == 1 and set(lines.values()) == {1} and len(lines) == N
     assert [count for _, count in uploads] == [N] and (uploads[0][0] == "inline") == (dialect == "openrouter")
-    usage = summary(workspace, dialect)["usage"]
-    sync_usage = synchronous["summary"]["usage"]
+    usage = read_history(workspace / dialect / "summary.json")["usage"]
+    sync_usage = read_history(workspace / "sync" / "summary.json")["usage"]
     assert usage["billed_attempts"] == billed["responses"] == N and usage["attempts"] == N
     assert usage["prompt_tokens"] == sync_usage["prompt_tokens"] == billed["prompt_tokens"]
     # no cost in batch output: priced at the model file's batch rates, half the list price

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from src.tracking.history import read_history
 from tests.helpers.llamacpp_server import llama_server
 from tests.helpers.smoke_project import dvc, pipeline_env
 
@@ -92,8 +93,9 @@ def test_a_cut_down_paper_profile_runs_against_a_self_hosted_server(smoke_projec
             client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{project / 'mlruns/mlflow.db'}")
             for model in MODELS:
                 for strategy in STRATEGIES:
-                    summary = json.loads((project / f"summaries/runs/{model}-{strategy}.json").read_text())
-                    run = client.get_run(summary["run_id"])
+                    summary = project / f"summaries/runs/{model}-{strategy}.json"
+                    assert json.loads(summary.read_text())["key"]  # the summary names its run by key
+                    run = client.get_run(read_history(summary)["run_id"])  # this machine's run: its history
                     assert run.info.status == "FINISHED"
                     assert run.data.params["provider"] == "custom"
                     # nested under the profile's parent run, tagged for the UI's group-by

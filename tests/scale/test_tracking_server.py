@@ -113,7 +113,8 @@ def test_joblib_sweep_logs_runs_and_artifacts_to_a_tracking_server(tracking_serv
     # a pulled study's evidence restored into the team server: once, artifacts proxied, nothing else touched
     from src.scoring.system import DatasetPlan, ScoringOptions
     from src.tracking.evaluation import RunRecord, evaluate_configuration
-    from src.tracking.evidence import SOURCE_RUN_TAG, restore_runs
+    from src.tracking.evidence import restore_runs
+    from src.tracking.keys import KEY_TAG
     from tests.test_evidence import RECORDS, EchoSystem
 
     (root / "plan.jsonl").write_text("{}\n")
@@ -131,9 +132,9 @@ def test_joblib_sweep_logs_runs_and_artifacts_to_a_tracking_server(tracking_serv
     )
     created, skipped = restore_runs(root / "evidence", uri=url)
     assert len(created) == 1 and skipped == []
-    assert restore_runs(root / "evidence", uri=url) == ([], [outcome.run_id])
+    assert restore_runs(root / "evidence", uri=url) == ([], [record.key])
     restored = client.get_run(created[0])
-    assert restored.data.tags[SOURCE_RUN_TAG] == outcome.run_id and restored.info.status == "FINISHED"
+    assert restored.data.tags[KEY_TAG] == record.key and restored.info.status == "FINISHED"
     assert restored.data.metrics["timex.base.f1"] == outcome.metrics()["timex.base.f1"]
     listed = {
         a.path for folder in ("predictions/timex", "bootstrap/timex") for a in client.list_artifacts(created[0], folder)

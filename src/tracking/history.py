@@ -1,0 +1,52 @@
+"""A stage's history: what a run did on this machine, kept beside the DVC outputs, never in them.
+
+The run id MLflow drew, the commit (``-dirty`` or not), the store, the wall time and what the run
+sent and spent depend on when and where it ran, not on code, data and seed. DVC outputs hold none
+of them (docs/mlflow.md), so a fresh clone reproduces ``dvc.lock``; each stage writes them to one
+history file here instead, which the report's provenance page reads
+(``reports/provenance.md``). The folder mirrors the summaries (``summaries/runs/m-I.json`` ->
+``history/runs/m-I.json``), is in ``.gitignore`` and in no DVC output: it describes this
+machine's runs (a pulled study has none until its stages re-run here).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from src.redact import redact_uris
+
+SUMMARIES = "summaries"
+HISTORY = "history"
+
+
+def history_path(summary: Path | str) -> Path:
+    """The history file of a summary file: its ``summaries`` folder swapped for ``history``
+    (a summary outside any ``summaries`` folder: ``<name>.history.json`` beside it)."""
+    summary = Path(summary)
+    parts = summary.parts
+    if SUMMARIES in parts:
+        at = len(parts) - 1 - parts[::-1].index(SUMMARIES)
+        return Path(*parts[:at], HISTORY, *parts[at + 1 :])
+    return summary.with_name(summary.stem + ".history.json")
+
+
+def write_history(summary: Path | str, record: dict[str, Any]) -> Path:
+    """Write ``record`` (run id, commit, store without credentials, usage, times) as the history of
+    the stage whose summary is ``summary``."""
+    path = history_path(summary)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    shown = {k: redact_uris(v) if k == "tracking_uri" and isinstance(v, str) else v for k, v in record.items()}
+    path.write_text(json.dumps(shown, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return path
+
+
+def read_history(summary: Path | str) -> dict[str, Any]:
+    """The history of a summary's stage; empty where this machine has none (a pulled study)."""
+    path = history_path(summary)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (FileNotFoundError, UnicodeDecodeError, json.JSONDecodeError):
+        return {}
+    return data if isinstance(data, dict) else {}
