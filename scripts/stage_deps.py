@@ -2,7 +2,7 @@
 
 ``python scripts/stage_deps.py`` (from the project root) keeps each stage's data, config and
 model deps and replaces its ``src/...`` deps with the import closure of the ``python -m``
-module it runs (:mod:`scripts.import_closure`, the rule ``tests/test_dvc_graph.py`` checks).
+module it runs (:mod:`src.tracking.code_closure`, the rule ``tests/test_dvc_graph.py`` checks).
 Run it after changing imports or dvc.yaml.
 """
 
@@ -15,7 +15,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from scripts.import_closure import code_deps  # noqa: E402
+from src.tracking.code_closure import code_deps  # noqa: E402
 
 
 def rewrite(text: str) -> str:

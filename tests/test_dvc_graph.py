@@ -12,8 +12,8 @@ import re
 import pytest
 import yaml
 
-from scripts.import_closure import ROOT, closure, code_deps
 from src import study
+from src.tracking.code_closure import ROOT, closure, code_deps
 
 
 def stages() -> list[tuple[str, dict]]:

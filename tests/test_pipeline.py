@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from src.tracking.keys import KEY_TAG
 from tests.helpers.paths import REPO_ROOT
 from tests.helpers.smoke_project import dvc, pipeline_env
 
@@ -62,7 +63,10 @@ def test_smoke_profile_runs_end_to_end_and_twice_is_a_no_op(project: Path):
     assert runs["smollm2_135m-I"].data.tags["profile"] == "smoke"
     for name in ("smollm2_135m-I", "smollm2_135m-A+D"):
         summary = json.loads((project / f"summaries/runs/{name}.json").read_text())
-        assert summary["complete"] and summary["run_id"] == runs[name].info.run_id
+        assert summary["complete"] and summary["key"] == runs[name].data.tags[KEY_TAG]
+        assert "run_id" not in summary and "usage" not in summary  # history, not output (docs/mlflow.md)
+        history = json.loads((project / f"history/runs/{name}.json").read_text())
+        assert history["run_id"] == runs[name].info.run_id
         for task, datasets in summary["metrics"].items():
             for dataset, values in datasets.items():
                 for metric, value in values.items():
@@ -167,8 +171,6 @@ def _pulled_study_is_analysed_restored_and_guarded(project: Path, clone: Path) -
 
     import yaml
 
-    from src.tracking.evidence import MACHINE_METRIC
-
     assert not (clone / "mlruns/mlflow.db").exists()
     for folder in ("evidence/runs/smollm2_135m-I", "evidence/finetuned/minilm"):
         assert (clone / folder / "run.json").is_file(), f"{folder} not pulled"
@@ -213,50 +215,80 @@ def _pulled_study_is_analysed_restored_and_guarded(project: Path, clone: Path) -
     for name in tables:  # F1, P, R and each run's own interval per configuration: equal to the digit
         assert (clone / "reports/tables" / name).read_text() == (project / "reports/tables" / name).read_text(), name
 
-    # (c) the restore rebuilds the runs in the clone's empty store, once
-    first = _run_in(clone, "-m", "src.tracking.evidence", "restore")
+    # (c) the restore rebuilds every run in the clone's store, once: configurations, trainings, the analysis
+    folders = sorted(path.parent for path in (clone / "evidence").glob("**/run.json"))
+    assert len(folders) == len(list((clone / "summaries").glob("**/*.json"))) + 2 + 1  # 2 trainings, 1 analysis
+    before = _keyed_runs(_mlflow_client(clone))  # the analysis the clone just ran is there already
+    first = _run_in(clone, "-m", "src.evidence", "restore")
     assert first.returncode == 0, first.stderr[-3000:]
-    summaries = sorted((clone / "summaries").glob("**/*.json"))
-    assert f"restored {len(summaries)} run(s), 0 already" in first.stdout, first.stdout
-    second = _run_in(clone, "-m", "src.tracking.evidence", "restore")
-    assert f"restored 0 run(s), {len(summaries)} already" in second.stdout, second.stdout + second.stderr
-    source, restored = _mlflow_client(project), _mlflow_client(clone)
-    runs = restored.search_runs(
-        [e.experiment_id for e in restored.search_experiments()], filter_string="tags.kind != 'analysis'"
+    restored_count = len(folders) - len(before)
+    assert f"restored {restored_count} run(s), {len(before)} already" in first.stdout, first.stdout + first.stderr
+    second = _run_in(clone, "-m", "src.evidence", "restore")
+    assert f"restored 0 run(s), {len(folders)} already" in second.stdout, second.stdout + second.stderr
+    _restored_runs_equal_the_originals(_mlflow_client(project), _mlflow_client(clone), folders, set(before))
+
+    # issue 38: the whole chain re-run from scratch in this other folder, with another store,
+    # writes the pushed bytes: every output hash of dvc.lock
+    subprocess.run(["git", "checkout", "--", "sweep.yaml", "dvc.lock"], cwd=clone, check=True)  # undo (b)
+    pushed = _out_hashes(project)
+    forced = _dvc(clone, "repro", "--force")
+    assert forced.returncode == 0, (forced.stdout + forced.stderr)[-3000:]
+    rerun = _out_hashes(clone)
+    assert rerun.keys() == pushed.keys()
+    differ = sorted(path for path in pushed if rerun[path] != pushed[path])
+    assert not differ, f"other bytes when re-run in another folder: {differ}"
+
+
+def _keyed_runs(client) -> dict[str, object]:
+    """The store's runs by their key (the newest finished one of a key)."""
+    runs = client.search_runs(
+        [e.experiment_id for e in client.search_experiments()], order_by=["attributes.start_time ASC"]
     )
-    runs = [run for run in runs if "tempgen.source_run_id" in run.data.tags]
-    assert len(runs) == len(summaries)
-    # nested again under the profile's parent run, as on the machine that ran the study
-    assert all(run.data.tags.get("mlflow.parentRunId") for run in runs)
-    by_source = {run.data.tags["tempgen.source_run_id"]: run for run in runs}
-    for path in summaries:
-        run_id = json.loads(path.read_text())["run_id"]
-        original_run, copy = source.get_run(run_id), by_source[run_id]
-        assert copy.info.run_name == original_run.info.run_name and copy.info.status == "FINISHED"
-        assert copy.data.params == original_run.data.params
-        kept = {k: v for k, v in original_run.data.metrics.items() if not MACHINE_METRIC.search(k)}
-        assert copy.data.metrics == kept, path.name
-        listed = {item.path for item in restored.list_artifacts(copy.info.run_id, "bootstrap/timex")}
-        assert "bootstrap/timex/base.json" in listed
-
-    # issue 31 item 5: the stages re-run from scratch in this other folder write the pushed bytes
-    # (the outputs that name MLflow runs, summaries and evidence, are bound to their runs by design)
-    _stages_rerun_here_reproduce_the_pushed_lock(clone)
+    return {run.data.tags[KEY_TAG]: run for run in runs if KEY_TAG in run.data.tags and run.info.status == "FINISHED"}
 
 
-DETERMINISTIC_STAGES = ("prepare", "voc@timex", "adv@timex", "adv_p@timex", "finetune@minilm-timex")
+def _artifacts(client, run_id: str, path: str | None = None) -> set[str]:
+    found = set()
+    for item in client.list_artifacts(run_id, path):
+        found |= _artifacts(client, run_id, item.path) if item.is_dir else {item.path}
+    return found
 
 
-def _out_hashes(project: Path, stage: str) -> dict[str, str]:
+def _restored_runs_equal_the_originals(source, restored, folders: list[Path], skipped: set[str]) -> None:
+    """Name, nesting, params, metrics (a training's step by step) and artifacts as on the machine
+    that ran the study; the clone's own fresh analysis (``skipped``) aside."""
+    from src.tracking.evidence import MACHINE_METRIC, UNRESTORED_ARTIFACTS
+    from src.tracking.keys import without_history
+
+    def restorable(client, run) -> set[str]:
+        return {path for path in _artifacts(client, run.info.run_id) if not path.startswith(UNRESTORED_ARTIFACTS)}
+
+    originals, copies = _keyed_runs(source), _keyed_runs(restored)
+    kinds = []
+    for folder in folders:
+        key = json.loads((folder / "run.json").read_text())["key"]
+        if key in skipped:
+            continue
+        original, copy = originals[key], copies[key]
+        kinds.append(copy.data.tags.get("kind"))
+        assert copy.info.run_name == original.info.run_name, folder
+        parent = "mlflow.parentRunId"
+        assert (parent in copy.data.tags) == (parent in original.data.tags), f"{folder}: nesting"
+        assert copy.data.params == without_history(original.data.params), folder
+        kept = {k: v for k, v in original.data.metrics.items() if not MACHINE_METRIC.search(k)}
+        assert copy.data.metrics == kept, folder
+        for metric in kept:
+            steps = [(m.step, m.value) for m in source.get_metric_history(original.info.run_id, metric)]
+            assert sorted((m.step, m.value) for m in restored.get_metric_history(copy.info.run_id, metric)) == sorted(
+                steps
+            ), f"{folder}: {metric}"
+        assert _artifacts(restored, copy.info.run_id) == restorable(source, original), folder
+    assert sorted(kinds, key=str).count("training") == 2 and "finetuned" in kinds and "prompted" in kinds, kinds
+
+
+def _out_hashes(project: Path) -> dict[str, str]:
+    """Every output of dvc.lock: its path and hash."""
     import yaml
 
-    lock = yaml.safe_load((project / "dvc.lock").read_text())["stages"][stage]
-    return {out["path"]: out["md5"] for out in lock.get("outs", [])}
-
-
-def _stages_rerun_here_reproduce_the_pushed_lock(clone: Path) -> None:
-    before = {stage: _out_hashes(clone, stage) for stage in DETERMINISTIC_STAGES}
-    forced = _dvc(clone, "repro", "--force", "--single-item", *DETERMINISTIC_STAGES)
-    assert forced.returncode == 0, (forced.stdout + forced.stderr)[-3000:]
-    for stage in DETERMINISTIC_STAGES:
-        assert _out_hashes(clone, stage) == before[stage], f"{stage}: other bytes when re-run in another folder"
+    stages = yaml.safe_load((project / "dvc.lock").read_text())["stages"]
+    return {out["path"]: out["md5"] for stage in stages.values() for out in stage.get("outs", [])}

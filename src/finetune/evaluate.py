@@ -10,7 +10,6 @@ run ``{model}-finetuned`` (strategy ``finetuned``) with the same metrics and art
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 import time
@@ -19,6 +18,7 @@ from typing import Any
 
 from src import study
 from src.cli import MAX_RESAMPLES, OneLineArgumentParser, bounded_int, optional_int, seed_type, setup_logging
+from src.config.locate import project_relative
 from src.config.params import lookup
 from src.data.schema import read_records
 from src.data.splits import subset_by_id
@@ -33,7 +33,7 @@ from src.tracking.store import (
     data_version,
     default_experiment,
     git_commit,
-    log_json_artifact,
+    log_file_artifact,
     tracking_uri as resolve_uri,
 )
 
@@ -126,11 +126,15 @@ def evaluate_model(args: argparse.Namespace) -> tuple[RunRecord, Any]:
         for task, name, path in files
     ]
 
+    summaries = {task: path / "training_summary.json" for task, path in checkpoints.items()}
+    summaries = {task: path for task, path in summaries.items() if path.exists()}
+
     def log_training_summaries() -> None:
-        for task, path in checkpoints.items():
-            summary_file = path / "training_summary.json"
-            if summary_file.exists():
-                log_json_artifact(json.loads(summary_file.read_text(encoding="utf-8")), f"training/{task}.json")
+        for task, path in summaries.items():
+            log_file_artifact(path, f"training/{task}.json")
+
+    # the restore logs them again from the pulled checkpoints (only paths inside the project travel)
+    restorable = [(project_relative(path), f"training/{task}.json") for task, path in summaries.items()]
 
     scoring = ScoringOptions(args.resamples, args.seed, False, tuple(args.variants))
     outcome = evaluate_configuration(
@@ -142,6 +146,7 @@ def evaluate_model(args: argparse.Namespace) -> tuple[RunRecord, Any]:
         args.tracking_uri,
         artifacts=log_training_summaries,
         evidence=args.evidence,
+        evidence_artifacts=[pair for pair in restorable if pair[0] is not None],
     )
     return record, outcome
 

@@ -172,6 +172,7 @@ def evaluate_configuration(
     secrets: tuple[str, ...] = (),
     artifacts: Callable[[], None] | None = None,
     evidence: Path | str | None = None,
+    evidence_artifacts: Sequence[tuple[str, str]] = (),
 ) -> RunOutcome:
     """Open the configuration's MLflow run, evaluate every dataset, log, close with a status.
 
@@ -179,7 +180,8 @@ def evaluate_configuration(
     failed is logged with its failed ids and causes and the run ends FAILED. Any exception
     (a crash, Ctrl-C) also ends the run FAILED before it propagates; a run killed outright
     (SIGKILL) stays RUNNING in the store and is closed the next time this configuration runs.
-    ``evidence`` (a folder) receives the run's evidence afterwards (:func:`write_run_evidence`).
+    ``evidence`` (a folder) receives the run's evidence afterwards (:func:`write_run_evidence`),
+    naming ``evidence_artifacts`` (project-relative file, artifact path) for a restore to log.
     """
     import mlflow
 
@@ -222,7 +224,7 @@ def evaluate_configuration(
         float(finished.data.metrics.get("wall_time_s", 0.0)),
     )
     if evidence is not None:
-        write_run_evidence(Path(evidence), record, outcome, finished, experiment, secrets)
+        write_run_evidence(Path(evidence), record, outcome, finished, experiment, secrets, evidence_artifacts)
     return outcome
 
 
@@ -240,7 +242,13 @@ def usage_report(outcomes: Sequence[DatasetOutcome]) -> dict[str, dict[str, floa
 
 
 def write_run_evidence(
-    folder: Path, record: RunRecord, outcome: RunOutcome, run: Any, experiment: str, secrets: tuple[str, ...] = ()
+    folder: Path,
+    record: RunRecord,
+    outcome: RunOutcome,
+    run: Any,
+    experiment: str,
+    secrets: tuple[str, ...] = (),
+    artifacts: Sequence[tuple[str, str]] = (),
 ) -> Path:
     """The configuration's evidence folder (:mod:`src.tracking.evidence`): what it logged, as read back from
     the store (params, metrics, tags), and each scored dataset's predictions and bootstrap artifact."""
@@ -256,6 +264,7 @@ def write_run_evidence(
         "params": without_history(run.data.params),
         "metrics": clean_metrics(run.data.metrics),
         "tags": clean_tags(run.data.tags),
+        "artifacts": [list(pair) for pair in artifacts],
     }
     scored = [o.evaluation for o in outcome.outcomes if o.evaluation is not None]
     predictions = {(e.task, e.dataset): e.rows for e in scored}

@@ -45,6 +45,9 @@ RUN_ID_TAG = re.compile(r"^training_run\.")
 MACHINE_METRIC = re.compile(
     r"(^wall_time_s$|latency_s$|(^|\.)usage\.|^concurrency_|_time_s$|_per_s$|runtime$|_per_second$|^total_flos$)"
 )
+#: A live run's artifacts a restore does not rebuild: history (what the run spent, planned and
+#: found in the cache, which requests failed) or machine paths (the resolved config), docs/mlflow.md.
+UNRESTORED_ARTIFACTS = ("usage.json", "plan.json", "served/", "failures/", "config/")
 RESTORED_TAG = "tempgen.restored_from"  # on a restored run: the evidence folder it was rebuilt from
 
 
@@ -216,8 +219,8 @@ def _restore_one(client: Any, experiment_id: str, evidence: Evidence) -> str:
     try:
         params = [Param(k, str(v)) for k, v in sorted(run.get("params", {}).items())]
         metrics = [Metric(k, float(v), 0, 0) for k, v in sorted(run.get("metrics", {}).items())]
-        for key, points in sorted((run.get("history") or {}).items()):
-            metrics += [Metric(key, float(value), 0, int(step)) for step, value in points]
+        for key, points in sorted((run.get("history") or {}).items()):  # a point per log: the timestamp
+            metrics += [Metric(key, float(value), n, int(step)) for n, (step, value) in enumerate(points)]
         for start in range(0, max(len(params), len(metrics)), 100):  # MLflow's batch limits
             client.log_batch(run_id, metrics=metrics[start : start + 100], params=params[start : start + 100])
         client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])
@@ -239,12 +242,15 @@ def _restore_one(client: Any, experiment_id: str, evidence: Evidence) -> str:
 
 
 def _log_artifact(client: Any, run_id: str, folder: Path, source: str, destination: str) -> None:
-    """A file or folder a run.json names (relative to the project: a DVC output of the same stage)
-    logged where the original run logged it (``destination``: its artifact folder, "" the root)."""
+    """A file or folder a run.json names (relative to the project: a DVC output the stage wrote or
+    read) logged where the original run logged it (``destination``: its artifact folder, "" the
+    root, or a file's artifact path when it has a suffix: the file logged under that name)."""
     path = PROJECT_ROOT / source
     if not path.exists():
         raise ValueError(f"{folder / RUN_FILE}: names artifact {source}, which is not here (`dvc pull` it)")
-    if path.is_dir():
+    if path.is_file() and Path(destination).suffix:
+        client.log_text(run_id, path.read_text(encoding="utf-8"), destination)
+    elif path.is_dir():
         client.log_artifacts(run_id, str(path), destination or None)
     else:
         client.log_artifact(run_id, str(path), destination or None)

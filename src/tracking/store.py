@@ -263,6 +263,13 @@ def log_json_artifact(obj: Any, artifact_path: str, secrets: tuple[str, ...] = (
     mlflow.log_text(text, artifact_path)
 
 
+def log_file_artifact(path: Path, artifact_path: str) -> None:
+    """Log a text file's bytes at ``artifact_path`` (a name of its own, unlike ``mlflow.log_artifact``)."""
+    import mlflow
+
+    mlflow.log_text(path.read_text(encoding="utf-8"), artifact_path)
+
+
 def log_jsonl_artifact(rows: list[dict[str, Any]], artifact_path: str, secrets: tuple[str, ...] = ()) -> None:
     """Log rows as a JSONL file at ``artifact_path`` (e.g. ``predictions/timex/base.jsonl``)."""
     import mlflow

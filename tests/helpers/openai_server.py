@@ -487,8 +487,12 @@ def _handler_for(server: OpenAIServer) -> type[BaseHTTPRequestHandler]:
                 self.rfile.read(length)
                 self._send(404, '{"error": {"message": "not found"}}')
                 return
+            raw = self.rfile.read(length)
+            if len(raw) < length:  # the client died while sending: nothing to answer, nothing to log
+                self.close_connection = True
+                return
             try:
-                body = json.loads(self.rfile.read(length) or b"{}")
+                body = json.loads(raw or b"{}")
             except ValueError:
                 self._send(400, '{"error": {"message": "invalid JSON"}}')
                 return

@@ -1,7 +1,8 @@
 """The project files a ``src`` module needs: its import closure, as a DVC stage's code deps.
 
-``scripts/stage_deps.py`` writes each stage's deps from it and ``tests/test_dvc_graph.py``
-checks them with it, so the rule lives here once (plain ``ast``: nothing is imported).
+``scripts/stage_deps.py`` writes each stage's deps from it, ``tests/test_dvc_graph.py`` checks
+them with it and a run's code version (:mod:`src.tracking.keys`) digests the same files, so the
+rule lives here once (plain ``ast``: nothing is imported).
 """
 
 from __future__ import annotations
@@ -9,7 +10,9 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from src.config.locate import PROJECT_ROOT
+
+ROOT = PROJECT_ROOT
 #: Packages whose members are chosen at run time by name (a registry): a stage that imports
 #: the package depends on all of it.
 DYNAMIC_PACKAGES = ("src/backends",)
