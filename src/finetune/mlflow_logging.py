@@ -170,7 +170,8 @@ def log_training(record: dict[str, Any], out: Path) -> None:
     mlflow.log_params(record["params"])
     mlflow.log_metrics(record["metrics"])
     mlflow.set_tags(record["tags"])
-    mlflow.log_artifact(str(out / SUMMARY_FILE), "training")
+    if (out / SUMMARY_FILE).is_file():
+        mlflow.log_artifact(str(out / SUMMARY_FILE), "training")
 
 
 def write_training_evidence(

@@ -237,6 +237,7 @@ class OpenAIServer:
         self.billed_cost_shown = 0.0
         self.refused_formats: Counter[str] = Counter()  # response_format type -> refusals sent
         self.busy_refusals = 0  # 429s sent because every slot was taken
+        self.cut_short = 0  # requests whose body never fully arrived (the client died while sending)
         self.most_served = 0  # highest number of requests served at once (slots taken)
         self._serving = 0
         self._slots = threading.BoundedSemaphore(slots) if slots else None
@@ -325,6 +326,7 @@ class OpenAIServer:
             self.max_in_flight = 0
             self.most_served = 0
             self.busy_refusals = 0
+            self.cut_short = 0
             self.refused_formats.clear()
             self.billed.clear()
             self.billed_cost = 0.0
@@ -489,6 +491,8 @@ def _handler_for(server: OpenAIServer) -> type[BaseHTTPRequestHandler]:
                 return
             raw = self.rfile.read(length)
             if len(raw) < length:  # the client died while sending: nothing to answer, nothing to log
+                with server._lock:
+                    server.cut_short += 1
                 self.close_connection = True
                 return
             try:

@@ -175,7 +175,7 @@ def test_a_tracked_training_writes_no_tracking_uri_into_its_checkpoint(tmp_path,
     file to it, so neither the tracking URI nor its credential can land there."""
     import mlflow
 
-    from src.finetune.mlflow_logging import log_training
+    from src.finetune.mlflow_logging import log_training, training_record
     from tests.helpers.finetune_data import train_config
 
     previous = mlflow.get_tracking_uri()
@@ -195,7 +195,7 @@ def test_a_tracked_training_writes_no_tracking_uri_into_its_checkpoint(tmp_path,
     }
     with mlflow.start_run():
         monkeypatch.setattr(mlflow, "get_tracking_uri", lambda: CREDENTIAL_URI + "/")
-        log_training(summary, train_config(report_to="mlflow"), out, [])
+        log_training(training_record(summary, train_config(report_to="mlflow"), out, [], "m-timex-train"), out)
         monkeypatch.undo()
     mlflow.set_tracking_uri(previous)
     assert sorted(p.name for p in out.iterdir()) == ["model.safetensors"]
@@ -210,8 +210,8 @@ def test_report_first_line_run_links_and_errors_show_no_credential():
     with pytest.raises(ValueError) as info:
         build_results([], {}, {}, CREDENTIAL_URI, "tempgen", "1")
     assert "at http://127.0.0.1:5999: no configuration run" in str(info.value) and URI_TOKEN not in str(info.value)
-    writer = (REPO_ROOT / "src" / "report" / "sections.py").read_text()
-    assert "at `{redact_uris(results.tracking_uri)}`" in writer  # the report's first line
+    writer = (REPO_ROOT / "src" / "report" / "prose.py").read_text()
+    assert "`{redact_uris(results.tracking_uri)}`" in writer  # the provenance page's store line
 
 
 def test_run_errors_about_a_uri_show_no_credential(tmp_path):
