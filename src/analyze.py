@@ -30,6 +30,7 @@ import yaml
 
 from src import study
 from src.cli import setup_logging
+from src.config.locate import project_relative
 from src.config.params import lookup
 from src.data.schema import read_records
 from src.report import comparisons, figures, plots, tables, writer
@@ -127,8 +128,7 @@ def log_analysis(experiment: str, uri: str, record: dict, out: Path) -> None:
 
 def write_analysis_evidence(folder: Path, record: dict, experiment: str, out: Path) -> None:
     """The analysis run's evidence folder: its record, and the report files a restore logs as its artifacts."""
-    where = out.resolve()
-    source = where.relative_to(PROJECT_ROOT).as_posix() if where.is_relative_to(PROJECT_ROOT) else None
+    source = project_relative(out)
     artifacts = [[f"{source}/{name}", folder_name] for name, folder_name in ANALYSIS_ARTIFACTS] if source else []
     run = {
         "key": record["tags"][KEY_TAG],

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from src.config.locate import PROJECT_ROOT
+from src.config.locate import project_relative
 from src.finetune.train_config import TrainConfig
 from src.rounding import rounded
 from src.tracking.evidence import MACHINE_METRIC, clean_metrics, clean_tags, write_evidence
@@ -183,8 +183,7 @@ def write_training_evidence(
     history = {
         k: v for k, v in metric_history(summary.get("log_history") or []).items() if not MACHINE_METRIC.search(k)
     }
-    checkpoint = out.resolve()
-    source = checkpoint.relative_to(PROJECT_ROOT).as_posix() if checkpoint.is_relative_to(PROJECT_ROOT) else None
+    source = project_relative(out)
     run = {
         "key": record["tags"][KEY_TAG],
         "run_name": run_name,
