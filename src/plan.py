@@ -9,8 +9,16 @@ is loaded (a llama.cpp model's vocabulary at most) and no MLflow run is opened.
 
 ``model=a,b strategy=I,D`` plans every combination, as a Hydra multirun would run them;
 ``--sweep sweep.yaml`` plans every configuration the pipeline's ``run@`` stages run, with the
-overrides those stages pass. The budget (``budget.*``, as a run checks it) is shown against the
-total. ``--json PATH`` writes the whole plan, the same object each run logs as ``plan.json``.
+overrides those stages pass, from the profile's own settings: derived sets not built for the
+profile are estimated from the base sets and ``sweep.derive_limit`` (and named), and an API
+``adv_p`` generator's rewriting has lines of its own (:mod:`src.billing.profile_plan`). The budget
+(``budget.*``, as a run checks it) is shown against the total; a paid profile without
+``sweep.max_cost_usd`` is named (its runs refuse to start). A price read more than
+``budget.price_max_age_days`` ago is named. ``--json PATH`` writes the whole plan, the same
+object each run logs as ``plan.json``.
+
+The printed plan is a list of sections (:func:`sections`), each a function of the
+:class:`PlanResult` returning its lines: a new section is one entry there.
 """
 
 from __future__ import annotations
@@ -22,7 +30,8 @@ import json
 import logging
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,13 +39,15 @@ import yaml
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from src.billing.ledger import spent, usd
-from src.billing.prices import MODES
+from src.billing.prices import MODES, price_age_warning, today
 from src.cli import setup_logging
+from src.config.budget import price_max_age_days
 from src.config.locate import project_file
 from src.config.overrides import override_error
 from src.config.schema import RunConfig
 from src.runs.configure import plan_of
 from src.runs.offline import load_config, offline_system
+from src.scoring.power import power_beside_cost
 
 DVC_FILE = project_file("dvc.yaml")
 #: Overrides of the run stage that only name where a run writes (nothing the plan counts).
@@ -87,8 +98,12 @@ def sweep_configurations(path: Path, extra: Sequence[str], dvc_file: Path = DVC_
     for combination in itertools.product(*axes.values()):
         values = {**{f"sweep.{key}": value for key, value in profile.items()}, **dict(zip(axes, combination))}
         words = re.sub(r"\$\{((?:item|sweep)\.\w+)\}", functools.partial(_filled, values, path), command).split()
+        while words and re.fullmatch(r"[A-Z_][A-Z0-9_]*=\S*", words[0]):  # an environment variable for the run
+            words = words[1:]
         if words[:3] != ["python", "-m", "src.run"]:
             raise ValueError(f"{dvc_file}: the run stage's command is not `python -m src.run ...`")
+        # the stage reads its caps from the active profile (sweep.yaml): the plan, from the one planned
+        words = [f"budget.sweep_file={path}" if w.startswith("budget.sweep_file=") else w for w in words]
         configurations.append([w for w in words[3:] if w.split("=", 1)[0] not in OUTPUT_OVERRIDES] + list(extra))
     return configurations
 
@@ -128,6 +143,8 @@ def describe(plan: dict[str, Any]) -> str:
         stand_in = (
             ", the list price: the model file has no price for this mode" if price.get("list_price_for_mode") else ""
         )
+        if price.get("discount"):
+            stand_in = f"; {price['discount']}"
         priced = (
             f"; {price.get('mode', 'sync')} price ${price['input_per_mtok']:g} in / ${price['output_per_mtok']:g} out "
             f"per Mtok ({read}, {price.get('source') or 'no source'}{stand_in})"
@@ -166,6 +183,7 @@ def total_of(plans: list[dict[str, Any]]) -> dict[str, Any]:
             "ceiling_cost_usd": None if any(c is None for c in costs) else float(sum(costs)),
             "at_mode_rates_usd": None if any(c is None for c in at_rates) else float(sum(at_rates)),
             "list_price_stands_in": any(row["list_price_stands_in"] for row in rows),
+            "documented_discount": any(row.get("documented_discount") for row in rows),
             "configurations": len(rows),
             "waits": sorted({row["wait"] for row in rows}),
         }
@@ -179,6 +197,8 @@ def mode_lines(total: dict[str, Any]) -> list[str]:
         stand_in = (
             " (the list price stands in where a model file has no price for it)" if row["list_price_stands_in"] else ""
         )
+        if row.get("documented_discount"):
+            stand_in += " (a provider's documented discount where a model file has no rates for it: docs/cost.md)"
         waits = "; ".join(row["waits"]) or "nothing to send"
         served = ""
         if row["at_mode_rates_usd"] != row["ceiling_cost_usd"]:  # flex: the standard tier may serve it
@@ -214,6 +234,132 @@ def budget_line(config: RunConfig, total: dict[str, Any]) -> str | None:
     return "budget" + ledger + ": " + "; ".join(parts) + " (each run stops before its first request past a cap)"
 
 
+@dataclass
+class PlanResult:
+    """Everything planned: the configurations, the profile's other paid stages (the rewriting), the
+    total over both, the first configuration (its budget), the profile (``--sweep``) and notes."""
+
+    plans: list[dict[str, Any]]
+    stages: list[dict[str, Any]]
+    total: dict[str, Any]
+    config: RunConfig | None
+    profile: dict[str, Any] | None = None
+    profile_file: Path | None = None
+    notes: list[str] = field(default_factory=list)
+    prices: dict[str, Any] = field(default_factory=dict)  # model name -> Price, of every priced plan
+
+
+def configuration_lines(result: PlanResult) -> list[str]:
+    return [describe(plan) for plan in result.plans]
+
+
+def stage_lines(result: PlanResult) -> list[str]:
+    """The profile's rewriting: requests (every attempt of every instance), tokens and cost."""
+    return [describe(plan) for plan in result.stages]
+
+
+def total_lines(result: PlanResult) -> list[str]:
+    return [*result.notes, describe(result.total), *mode_lines(result.total)]
+
+
+def power_lines(result: PlanResult) -> list[str]:
+    """Power beside cost: per dataset, the instances needed to detect the analysis' margin, from a
+    pilot's evidence (docs/scoring.md)."""
+    return power_beside_cost(result.plans)
+
+
+def price_age_lines(result: PlanResult) -> list[str]:
+    """A warning per price read more than ``budget.price_max_age_days`` ago (or undated)."""
+    if result.config is None:
+        return []
+    days, on = price_max_age_days(dict(result.config.raw.get("budget") or {})), today()
+    warnings = [price_age_warning(name, price, days, on) for name, price in sorted(result.prices.items())]
+    return [f"warning: {line}" for line in warnings if line]
+
+
+def budget_lines(result: PlanResult) -> list[str]:
+    line = None if result.config is None else budget_line(result.config, result.total)
+    return [line] if line else []
+
+
+def uncapped_lines(result: PlanResult) -> list[str]:
+    """A paid profile without a cap: its ceiling and the setting its runs wait for."""
+    if result.profile is None or result.profile.get("max_cost_usd") is not None:
+        return []
+    ceiling = result.total.get("ceiling_cost_usd")
+    if not ceiling or not result.total.get("to_send"):
+        return []
+    mode = result.profile.get("mode", "sync")
+    return [
+        f"budget: profile {result.profile.get('profile')!r} sends paid requests and sets no cap: its plan's ceiling "
+        f"is {money(ceiling)} (sweep.mode: {mode}); set sweep.max_cost_usd in {result.profile_file} "
+        "(its paid stages refuse to start without it)"
+    ]
+
+
+#: The printed plan, section by section (each a function of the :class:`PlanResult`): a new one is
+#: one entry here.
+SECTIONS: list[Callable[[PlanResult], list[str]]] = [
+    configuration_lines,
+    stage_lines,
+    total_lines,
+    power_lines,
+    price_age_lines,
+    budget_lines,
+    uncapped_lines,
+]
+
+
+def sections(result: PlanResult) -> list[str]:
+    return [line for section in SECTIONS for line in section(result)]
+
+
+def plan_sweep_stages(args: argparse.Namespace, first: RunConfig) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The profile's rewriting plans and the prices of its generator (empty without ``--sweep``)."""
+    if args.sweep is None:
+        return [], {}
+    import src.billing.profile_plan as profile_plan  # loads the derive stages' prompts (and NLTK): --sweep only
+
+    profile = profile_plan.read_profile(args.sweep)
+    stages = profile_plan.rewriting_plans(args.sweep, profile, first)
+    prices = {}
+    if stages:
+        name, model_file = profile_plan.adv_p_generator(profile)
+        prices[name] = profile_plan.generator_price(model_file, f"conf/model/{name}.yaml")
+    return stages, prices
+
+
+def plan_all(args: argparse.Namespace, configurations: list[list[str]]) -> PlanResult:
+    """Every configuration planned (ValueError names one that cannot run), then the profile's stages."""
+    profile, parts = None, None
+    plans, first_cfg, seen, prices = [], None, set(), {}
+    try:
+        if args.sweep is not None:
+            import src.billing.profile_plan as profile_plan  # loads the derive stages' prompts (and NLTK): --sweep only
+
+            profile = profile_plan.read_profile(args.sweep)
+            if configurations:
+                parts = profile_plan.derived_sets(profile, load_config(configurations[0]))
+        for overrides in configurations:
+            try:
+                plan, cfg = plan_one([*overrides, *(parts.overrides if parts else [])], seen)
+            except ValueError as error:
+                raise ValueError(f"{' '.join(overrides)}: {' '.join(str(error).split())}") from None
+            plan["overrides"] = list(overrides)
+            first_cfg = first_cfg if first_cfg is not None else cfg
+            plans.append(plan)
+            if cfg.model.price is not None and plan["to_send"]:
+                prices[cfg.model.name] = cfg.model.price
+        # the rewriting reads the base sets: planned while a plan-built prepared folder still exists
+        stages, stage_prices = plan_sweep_stages(args, first_cfg) if first_cfg is not None else ([], {})
+    finally:
+        if parts is not None:
+            parts.close()
+    total = total_of(plans + stages)
+    notes = list(parts.notes) if parts else []
+    return PlanResult(plans, stages, total, first_cfg, profile, args.sweep, notes, {**prices, **stage_prices})
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m src.plan", description=__doc__.split("\n\n")[0])
     parser.add_argument("overrides", nargs="*", help="the overrides of python -m src.run (model=a,b plans each)")
@@ -234,29 +380,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as error:  # noqa: BLE001 - Hydra's parser raises its own types
         print(f"error: {str(error).splitlines()[0] if str(error) else type(error).__name__}", file=sys.stderr)
         return 2
-    plans, first_cfg, seen = [], None, set()
-    for overrides in configurations:
-        try:
-            plan, cfg = plan_one(overrides, seen)
-        except ValueError as error:
-            print(f"error: {' '.join(overrides)}: {' '.join(str(error).split())}", file=sys.stderr)
-            return 2
-        first_cfg = first_cfg if first_cfg is not None else cfg
-        plans.append(plan)
-        print(describe(plan))
-    total = total_of(plans)
-    print(describe(total))
-    for line in mode_lines(total):
-        print(line)
     try:
-        line = budget_line(first_cfg, total)
-    except ValueError as error:
+        result = plan_all(args, configurations)
+        lines = sections(result)
+    except ValueError as error:  # ConfigError included: one line naming what cannot be planned
         print(f"error: {' '.join(str(error).split())}", file=sys.stderr)
         return 2
-    if line:
+    for line in lines:
         print(line)
     if args.json is not None:
-        args.json.write_text(json.dumps({"configurations": plans, "total": total}, indent=1) + "\n", encoding="utf-8")
+        whole = {"configurations": result.plans, "stages": result.stages, "total": result.total}
+        args.json.write_text(json.dumps(whole, indent=1) + "\n", encoding="utf-8")
     return 0
 
 

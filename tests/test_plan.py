@@ -120,7 +120,8 @@ def test_the_plan_counts_what_the_run_sends_and_the_run_logs_it(workspace: Path,
         assert (config["cached"], config["to_send"], config["ceiling_cost_usd"]) == (2, 0, 0.0)
 
 
-def test_a_multirun_is_planned_per_combination(workspace: Path, capsys):
+def test_a_multirun_is_planned_per_combination(workspace: Path, capsys, monkeypatch):
+    monkeypatch.setenv("TEMPGEN_TODAY", "2025-08-01")  # prices read 2025-07: fresh, no age line
     with FakeOpenAIServer(answer=_answer) as server:
         plan, printed = _plan(workspace, server, capsys, "model=qwen25_7b,vllm_example", "generation.max_tokens=8,16")
     names = [(c["configuration"], c["output_token_ceiling"]) for c in plan["configurations"]]
@@ -131,12 +132,18 @@ def test_a_multirun_is_planned_per_combination(workspace: Path, capsys):
         sum(c["ceiling_cost_usd"] for c in plan["configurations"][:2])
     )
     lines = printed.splitlines()
-    assert len(lines) == 9 and lines[4].startswith("total: 12 requests")
-    # per mode for the total: qwen25_7b has no batch or flex price, so the list price stands in
-    assert lines[5].startswith("by mode") and [line.split(":")[0].strip() for line in lines[6:]] == list(MODES)
+    assert lines[4].startswith("total: 12 requests")
+    # per mode for the total: qwen25_7b's batch price is OpenRouter's documented discount (half the
+    # list price), its flex price the list price standing in
+    assert lines[5].startswith("by mode") and [line.split(":")[0].strip() for line in lines[6:9]] == list(MODES)
     sync_cost = usd(plan["total"]["ceiling_cost_usd"])
     assert lines[6].startswith(f"  sync: cost at most {sync_cost}; wait: at most")
-    assert lines[7].startswith(f"  batch: cost at most {sync_cost} (the list price stands in") and "24 h" in lines[7]
+    batch = plan["total"]["modes"]["batch"]["ceiling_cost_usd"]
+    assert batch == pytest.approx(plan["total"]["ceiling_cost_usd"] / 2)
+    assert lines[7].startswith(f"  batch: cost at most {usd(batch)}") and "up to 24 h" in lines[7]
+    assert lines[8].startswith(f"  flex: cost at most {sync_cost}") and "the list price stands in" in lines[8]
+    # then power beside the cost (from this checkout's evidence when a profile ran, else one line saying so)
+    assert lines[9].startswith("power") and all(line.startswith(("power", " ")) for line in lines[9:])
 
 
 def test_expand_follows_hydra_multirun_order():
@@ -154,7 +161,7 @@ def test_the_sweep_form_plans_the_commands_of_the_dvc_run_stages(tmp_path: Path)
     profile = tmp_path / "sweep.yaml"
     sweep = {"models": ["m1", "m2"], "strategies": ["I", "A+D"], "condition": "study_condition", "limit": None}
     sweep.update({"max_input_words": 300, "max_tokens": 64, "max_tokens_document": 160})
-    sweep.update({"provider": "vllm", "profile": "pilot"})
+    sweep.update({"provider": "vllm", "profile": "pilot", "mode": "batch"})
     profile.write_text(yaml.safe_dump({"sweep": sweep}))
     configurations = sweep_configurations(profile, ["budget.max_cost_usd=5"])
     fixed = [
@@ -165,7 +172,8 @@ def test_the_sweep_form_plans_the_commands_of_the_dvc_run_stages(tmp_path: Path)
         "generation.max_tokens_document=160",
         "provider=vllm",
         "profile=pilot",
-        "budget.sweep_file=sweep.yaml",
+        "++provider.options.mode=batch",  # sweep.mode: how every API model is bought
+        f"budget.sweep_file={profile}",  # the stage reads the active profile's caps; the plan, the planned one's
     ]
     assert configurations[1] == ["model=m1", "strategy=A+D", *fixed, "budget.max_cost_usd=5"]
     assert [c[:2] for c in configurations] == [
@@ -328,3 +336,149 @@ def test_configurations_served_by_one_model_share_their_prompts_in_the_plan(work
         assert (first["to_send"], second["to_send"], second["duplicates"]) == (2, 0, 3)
         assert plan["total"]["to_send"] == 2
         assert server.request_count == 0
+
+
+def _profile_project(tmp_path: Path) -> tuple[Path, Path, dict]:
+    """A fresh clone's state: prepared base, train, t2c and len sets, no derived set, no cache; and
+    a paper-like profile (two priced API models, two strategies, derive_limit 3, batch, gpt41)."""
+    prepared = tmp_path / "prepared"
+    spans = {
+        "timex": [("Friday", "TIMEX")],
+        "eventx": [("rose", "EVENT")],
+        "comp": [("rose", "EVENT"), ("Friday", "TIMEX")],
+    }
+    for task in ("timex", "eventx", "comp"):
+        for split, n in (("base", 5), ("train", 6), ("t2c", 4), ("len", 2)):
+            if task == "comp" and split in ("t2c", "len"):
+                continue
+            records = [
+                make_record(f"{split}{i}#s0", f"Sales of unit {i} rose on Friday in {split} .", spans[task])
+                for i in range(n)
+            ]
+            write_records(prepared / task / f"{split}.jsonl", records)
+    sweep = yaml.safe_load((REPO_ROOT / "conf/profiles/paper.yaml").read_text())["sweep"]
+    sweep.update(models=["qwen25_7b", "llama3_8b"], strategies=["I", "D"], derive_limit=3, profile="paper-test")
+    profile = tmp_path / "paper-test.yaml"
+    profile.write_text(yaml.safe_dump({"sweep": sweep}))
+    return prepared, profile, sweep
+
+
+def test_a_profile_is_planned_from_its_own_settings_on_a_fresh_clone(tmp_path: Path, capsys, monkeypatch):
+    """Regression: with nothing derived the paper profile's plan stopped (`dataset file(s) not
+    found: data/derived/...`), had no line for the GPT-4.1 rewriting, and priced batch as sync."""
+    monkeypatch.setenv("TEMPGEN_TODAY", "2026-12-04")
+    monkeypatch.delenv("OPENROUTER_API_KEY", raising=False)
+    prepared, profile, sweep = _profile_project(tmp_path)
+    extra = [f"paths.prepared={prepared}", f"paths.derived={tmp_path / 'derived'}", f"paths.cache={tmp_path / 'c'}"]
+    out = tmp_path / "plan.json"
+    assert plan_main(["--sweep", str(profile), *extra, "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    plan = json.loads(out.read_text())
+    assert not (tmp_path / "derived").exists()
+
+    # the request count, computed here from the profile's settings and the base sets' sizes
+    def size(task: str, name: str) -> int:
+        return len((prepared / task / f"{name}.jsonl").read_text().splitlines())
+
+    per_configuration = size("comp", "base")
+    for task in ("timex", "eventx"):
+        derived = 3 * min(sweep["derive_limit"], size(task, "base"))  # adv, adv_p, voc
+        per_configuration += size(task, "base") + size(task, "t2c") + size(task, "len") + derived
+    configurations = len(sweep["models"]) * len(sweep["strategies"])
+    assert [c["requests"] for c in plan["configurations"]] == [per_configuration] * configurations
+    # a derived set's prompts are its own, not identical prompts of base (they were: no cost counted)
+    datasets = plan["configurations"][0]["datasets"]
+    assert all(datasets[f"{t}/{n}"]["to_send"] == 3 for t in ("timex", "eventx") for n in ("adv", "adv_p", "voc"))
+    assert "estimated (not built for this profile yet): " in printed and "sweep.derive_limit=3" in printed
+
+    # the rewriting: every attempt of every perturbed instance, at GPT-4.1's price
+    attempts = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())["derive"]["adv_p"]["max_attempts"]
+    stages = plan["stages"]
+    assert [s["stage"] for s in stages] == ["adv_p@timex", "adv_p@eventx"]
+    assert [s["requests"] for s in stages] == [3 * attempts, 3 * attempts]
+    gpt41 = yaml.safe_load((REPO_ROOT / "conf/model/gpt41.yaml").read_text())["price"]
+    for stage in stages:
+        expected = (stage["prompt_token_bound"] * gpt41["input_per_mtok"] + stage["output_token_ceiling"] * 8.0) / 1e6
+        assert stage["ceiling_cost_usd"] == pytest.approx(expected) and stage["ceiling_cost_usd"] > 0
+    rewriting = [line for line in printed.splitlines() if line.startswith("rewriting adv_p@")]
+    assert len(rewriting) == 2 and all("gpt41" in line and "cost at most $" in line for line in rewriting)
+    total = plan["total"]
+    assert total["requests"] == per_configuration * configurations + 2 * 3 * attempts
+    assert total["ceiling_cost_usd"] == pytest.approx(
+        sum(c["ceiling_cost_usd"] for c in plan["configurations"]) + sum(s["ceiling_cost_usd"] for s in stages)
+    )
+
+    # sweep.mode: batch: every run is planned in batch mode, at half the list price (a marked discount)
+    for configuration in plan["configurations"]:
+        assert configuration["mode"] == "batch"
+        modes = configuration["modes"]
+        assert modes["batch"]["ceiling_cost_usd"] == pytest.approx(modes["sync"]["ceiling_cost_usd"] / 2)
+        assert configuration["ceiling_cost_usd"] == pytest.approx(modes["batch"]["ceiling_cost_usd"])
+        assert configuration["ceiling_cost_usd"] < modes["sync"]["ceiling_cost_usd"]
+        assert "documented discount" in configuration["price"]["discount"]
+    assert "a documented discount, not a price read" in printed
+
+    # no cap: named with the plan's ceiling; prices read 2025-07 are more than 90 days old
+    assert f"its plan's ceiling is {usd(total['ceiling_cost_usd'])} (sweep.mode: batch)" in printed
+    assert f"set sweep.max_cost_usd in {profile}" in printed
+    for model in ("qwen25_7b", "llama3_8b", "gpt41"):
+        assert f"warning: price of {model} read 2025-07, 521 days before 2026-12-04" in printed
+    monkeypatch.setenv("TEMPGEN_TODAY", "2025-08-01")
+    assert plan_main(["--sweep", str(profile), *extra]) == 0
+    assert "warning: price" not in capsys.readouterr().out
+
+
+def test_a_derived_set_built_for_another_profile_is_estimated(tmp_path: Path, capsys):
+    """Regression: a checkout that ran the default profile planned the paper profile on the
+    default's 44-instance derived sets."""
+    prepared, profile, sweep = _profile_project(tmp_path)
+    derived = tmp_path / "derived"
+    for task in ("timex", "eventx"):
+        for name in ("adv", "adv_p", "voc"):
+            write_records(derived / task / f"{name}.jsonl", [make_record("base0#s0", "On Friday .", ["Friday"])])
+            stats = {"limit": 1, "seed": 13, "generator": {"model_id": "openai/gpt-4.1"}}
+            (derived / task / f"{name}.stats.json").write_text(json.dumps(stats))
+    # voc of timex built for this profile: read as built
+    (derived / "timex" / "voc.stats.json").write_text(json.dumps({"limit": sweep["derive_limit"], "seed": 13}))
+    extra = [f"paths.prepared={prepared}", f"paths.derived={derived}", f"paths.cache={tmp_path / 'c'}"]
+    out = tmp_path / "plan.json"
+    assert plan_main(["--sweep", str(profile), *extra, "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    datasets = json.loads(out.read_text())["configurations"][0]["datasets"]
+    assert datasets["timex/voc"]["requests"] == 1  # built for the profile
+    assert datasets["timex/adv"]["requests"] == datasets["eventx/voc"]["requests"] == 3  # estimated
+    assert "timex/adv (3)" in printed and "timex/voc" not in printed.split("estimated")[1].split("\n")[0]
+
+
+def test_a_fresh_clone_without_prepared_sets_is_planned_from_the_raw_corpora(tmp_path: Path, capsys, monkeypatch):
+    """Regression: on a fresh clone (`dvc pull data.dvc` only) the paper profile's plan exited 2
+    (`data/prepared/... not found`). The plan now builds the test sets with the prepare stage's
+    own functions into a temporary folder: the same counts as with the sets prepared, nothing
+    written to ``paths.prepared``. (The build itself is the prepare stage's, tested in
+    tests/data; here it returns the synthetic project's sets, read back by the plan.)"""
+    import src.billing.profile_plan as profile_plan
+    from src.data.schema import read_records
+
+    monkeypatch.setenv("TEMPGEN_TODAY", "2026-12-04")
+    prepared, profile, _ = _profile_project(tmp_path)
+    built = {(path.parent.name, path.stem): read_records(path) for path in sorted(prepared.glob("*/*.jsonl"))}
+    calls = []
+
+    def build(params: dict, seed: int) -> dict:
+        calls.append(seed)
+        return built
+
+    monkeypatch.setattr(profile_plan, "build_datasets", build)
+    common = [f"paths.derived={tmp_path / 'derived'}", f"paths.cache={tmp_path / 'c'}"]
+    with_sets, without = tmp_path / "with.json", tmp_path / "without.json"
+    assert plan_main(["--sweep", str(profile), f"paths.prepared={prepared}", *common, "--json", str(with_sets)]) == 0
+    assert calls == [] and "prepared from data/raw" not in capsys.readouterr().out
+    absent = tmp_path / "not-prepared"
+    assert plan_main(["--sweep", str(profile), f"paths.prepared={absent}", *common, "--json", str(without)]) == 0
+    printed = capsys.readouterr().out
+    assert calls == [13] and not absent.exists()
+    assert f"{absent} has not been built: the test sets were prepared from data/raw for this plan" in printed
+    planned, expected = json.loads(without.read_text()), json.loads(with_sets.read_text())
+    assert [c["requests"] for c in planned["configurations"]] == [c["requests"] for c in expected["configurations"]]
+    assert [s["requests"] for s in planned["stages"]] == [s["requests"] for s in expected["stages"]] != []
+    assert planned["total"]["requests"] == expected["total"]["requests"]

@@ -12,6 +12,12 @@
 
 Both give each request line back as ``{"custom_id", "response": {"status_code", "body"} | null,
 "error": {...} | null}``. A call that fails past its retries raises :class:`BatchAPIError`.
+
+Creating a batch is idempotent: each batch carries ``metadata.tempgen_key`` (the digest of its
+lines), and before a create is tried again after a fault (a 502 on a create the provider
+accepted) the batch is looked up by its input file or that tag, so a retry never makes a second
+billed batch. A ``custom_id`` that comes back twice keeps its first answer (an answer over an
+error line) and is named; a line without one is named, never keyed "None".
 """
 
 from __future__ import annotations
@@ -30,6 +36,9 @@ from src.backends.retry import is_auth_status, is_retryable_status
 
 API_RETRIES = 6  # retries of one Batch API call (upload, create, poll, download) on a transient fault
 DIALECTS = ("auto", "openai", "openrouter")
+#: What one batch may hold per dialect (requests, bytes of request lines): OpenAI's Batch API
+#: reference (50,000 requests, 200 MB input file) and OpenRouter's Batch API guide (5,000, 200 MB).
+LIMITS = {"openai": (50_000, 200_000_000), "openrouter": (5_000, 200_000_000)}
 TERMINAL = frozenset({"completed", "expired", "cancelled", "failed"})
 
 
@@ -64,14 +73,29 @@ def dialect_of(setting: str, base_url: str) -> str:
 class BatchAPI:
     """Shared by the dialects: the backend's client, retries, and the messages that name a failure."""
 
+    dialect = "openai"
+
     def __init__(self, backend: Any, client: openai.AsyncOpenAI) -> None:
         self.backend = backend
         self.client = client
+        self.duplicates: list[str] = []  # custom_ids that came back more than once
+        self.unnamed = 0  # result lines without a custom_id
 
-    async def call(self, make: Callable[[], Awaitable[Any]]) -> Any:
-        """One call with retries on transient faults; a rejected key or another 4xx raises at once."""
+    @property
+    def limits(self) -> tuple[int, int]:
+        """(requests, bytes) one batch may hold: the dialect's, lowered by ``batch_max_requests``."""
+        requests, size = LIMITS[self.dialect]
+        return min(requests, max(1, int(self.backend.batch_max_requests))), size
+
+    async def call(
+        self, make: Callable[[], Awaitable[Any]], existing: Callable[[], Awaitable[Any]] | None = None
+    ) -> Any:
+        """One call with retries on transient faults; a rejected key or another 4xx raises at once.
+        ``existing``: asked before each retry; what it finds (the batch a failed create made) is the result."""
         for attempt in range(API_RETRIES + 1):
             try:
+                if attempt and existing is not None and (found := await existing()) is not None:
+                    return found
                 return await make()
             except openai.APIStatusError as exc:
                 if is_auth_status(exc.status_code):
@@ -91,9 +115,48 @@ class BatchAPI:
         response = await self.call(lambda: self.client.get(path, options={"params": query}, cast_to=httpx.Response))
         return response.json()
 
-    async def post_json(self, path: str, body: dict) -> Any:
-        response = await self.call(lambda: self.client.post(path, body=body, cast_to=httpx.Response))
-        return response.json()
+    async def post_json(self, path: str, body: dict, existing: Callable[[], Awaitable[Any]] | None = None) -> Any:
+        response = await self.call(lambda: self.client.post(path, body=body, cast_to=httpx.Response), existing)
+        return {"id": response} if isinstance(response, str) else response.json()
+
+    async def tagged(self, tag: str) -> str | None:
+        """The id of a batch this project created with ``metadata.tempgen_key == tag`` (None: none,
+        or the endpoint lists no batches)."""
+        try:
+            listing = await self.client.get("/batches", options={"params": {"limit": 100}}, cast_to=httpx.Response)
+            batches = listing.json().get("data") or []
+        except (openai.OpenAIError, ValueError, AttributeError):
+            return None
+        for batch in batches:
+            if isinstance(batch, dict) and (batch.get("metadata") or {}).get("tempgen_key") == tag:
+                return str(batch["id"])
+        return None
+
+    def keep(self, items: dict[str, dict], item: Any) -> None:
+        """Add one result line: the first answer of a ``custom_id`` wins (an answer over an error
+        line); a repeat and a line without a ``custom_id`` are counted to be named."""
+        if not isinstance(item, dict) or not item.get("custom_id"):
+            self.unnamed += 1
+            return
+        custom_id = str(item["custom_id"])
+        kept = items.get(custom_id)
+        if kept is None:
+            items[custom_id] = item
+            return
+        if _answered(kept) or not _answered(item):
+            if _answered(kept) and _answered(item):
+                self.duplicates.append(custom_id)
+            return
+        items[custom_id] = item
+
+
+def _answered(item: dict) -> bool:
+    return ((item.get("response") or {}).get("status_code")) == 200
+
+
+def lines_tag(lines: list[dict]) -> str:
+    """The digest of a batch's request lines: its ``metadata.tempgen_key``."""
+    return hashlib.sha256(json.dumps(lines, sort_keys=True).encode("utf-8")).hexdigest()[:32]
 
 
 class FileBatches(BatchAPI):
@@ -105,36 +168,46 @@ class FileBatches(BatchAPI):
         files = self.client.files
         uploaded = await self.call(lambda: files.create(file=(name, data, "application/jsonl"), purpose="batch"))
         entry["input_file_id"] = uploaded.id
+        entry["tag"] = lines_tag(lines)
         record(entry)  # a process killed from here on finds the batch by its file
-        return await self._create(uploaded.id, endpoint, len(lines))
+        return await self._create(uploaded.id, endpoint, len(lines), entry["tag"])
 
-    async def _create(self, file_id: str, endpoint: str, count: int) -> str:
+    async def _create(self, file_id: str, endpoint: str, count: int, tag: str) -> str:
         batch = await self.call(
             lambda: self.client.batches.create(
                 input_file_id=file_id,
                 endpoint=endpoint,
                 completion_window=self.backend.batch_completion_window,
-                metadata={"tempgen": "1", "requests": str(count)},
-            )
+                metadata={"tempgen": "1", "requests": str(count), "tempgen_key": tag},
+            ),
+            lambda: self._created_from(file_id),
         )
-        return batch.id
+        return batch if isinstance(batch, str) else batch.id
+
+    async def _created_from(self, file_id: str) -> str | None:
+        """The batch already created from ``file_id`` (a create the provider accepted and then failed to answer)."""
+        page = await self.call(lambda: self.client.batches.list(limit=100))
+        async for batch in page:
+            if batch.input_file_id == file_id:
+                return batch.id
+        return None
 
     async def find(self, entry: dict) -> str | None:
         """The batch created from the entry's file (a process died before recording it), else a new one."""
         if not entry.get("input_file_id"):
             return None
-        page = await self.call(lambda: self.client.batches.list(limit=100))
-        async for batch in page:
-            if batch.input_file_id == entry["input_file_id"]:
-                return batch.id
-        return await self._create(entry["input_file_id"], entry["endpoint"], len(entry["custom_ids"]))
+        found = await self._created_from(entry["input_file_id"])
+        if found is not None:
+            return found
+        tag = entry.get("tag") or entry["input_file_id"]
+        return await self._create(entry["input_file_id"], entry["endpoint"], len(entry["custom_ids"]), tag)
 
     async def retrieve(self, batch_id: str) -> BatchView:
         batch = await self.call(lambda: self.client.batches.retrieve(batch_id))
         counts = batch.request_counts
         errors = ""
         if batch.errors is not None and batch.errors.data:
-            errors = "; ".join(str(e.message) for e in batch.errors.data[:3])
+            errors = self.backend._redact("; ".join(str(e.message) for e in batch.errors.data[:3]))
         return BatchView(
             batch.id,
             batch.status,
@@ -151,13 +224,17 @@ class FileBatches(BatchAPI):
                 content = await self.call(lambda file_id=file_id: self.client.files.content(file_id))
                 for line in content.content.decode("utf-8").splitlines():
                     if line.strip():
-                        item = json.loads(line)
-                        items[str(item.get("custom_id"))] = item
+                        try:
+                            self.keep(items, json.loads(line))
+                        except ValueError:
+                            self.unnamed += 1
         return items
 
 
 class InlineBatches(BatchAPI):
     """OpenRouter's dialect: the requests inline, the results read page by page."""
+
+    dialect = "openrouter"
 
     def batch_model(self) -> str:
         model = self.backend.model_id
@@ -167,16 +244,24 @@ class InlineBatches(BatchAPI):
         model = self.batch_model()
         requests = [{"custom_id": line["custom_id"], "body": {**line["body"], "model": model}} for line in lines]
         # endpoint and model before requests: OpenRouter reads the body as a stream
-        body = {"endpoint": endpoint, "model": model, "completion_window": "24h", "requests": requests}
-        entry["submitted"] = True
+        tag = lines_tag(lines)
+        body = {
+            "endpoint": endpoint,
+            "model": model,
+            "completion_window": "24h",
+            "metadata": {"tempgen_key": tag},
+            "requests": requests,
+        }
+        entry.update(submitted=True, tag=tag)
         record(entry)
-        batch = await self.post_json("/batches", body)
-        return str(batch["id"])
+        batch = await self.post_json("/batches", body, lambda: self.tagged(tag))
+        return batch if isinstance(batch, str) else str(batch["id"])
 
     async def find(self, entry: dict) -> str | None:
-        """An inline batch has no file to be found by: a submission whose id was never recorded is lost
-        (it may run and be billed) and its requests go again, named in the log."""
-        return None
+        """A submission whose id was never recorded, found by its ``metadata.tempgen_key`` where the
+        endpoint lists batches; else None: it is lost (it may run and be billed) and its requests go
+        again, named in the log."""
+        return await self.tagged(entry["tag"]) if entry.get("tag") else None
 
     async def retrieve(self, batch_id: str) -> BatchView:
         batch = await self.get_json(f"/batches/{batch_id}")
@@ -187,7 +272,7 @@ class InlineBatches(BatchAPI):
             str(batch["status"]),
             counts.get("completed"),
             counts.get("total"),
-            str(error.get("message") or "") if isinstance(error, dict) else str(error),
+            self.backend._redact(str(error.get("message") or "") if isinstance(error, dict) else str(error)),
             batch,
         )
 
@@ -198,7 +283,7 @@ class InlineBatches(BatchAPI):
             query = {"cursor": cursor} if cursor else {}
             page = await self.get_json(f"/batches/{view.id}/results", **query)
             for item in page.get("data") or []:
-                items[str(item.get("custom_id"))] = item
+                self.keep(items, item)
             cursor = page.get("next_cursor")
             if not page.get("has_more") or not cursor:
                 return items

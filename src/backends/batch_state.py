@@ -4,10 +4,17 @@ One file per endpoint and model beside the response cache (``<cache>/../batches/
 read and written under an exclusive lock and replaced atomically. Each entry is one batch: its
 request lines' ``custom_ids``, the uploaded file (OpenAI's dialect), the batch id once created,
 and whether its results were collected. Every step is recorded before the next is taken.
+
+One process collects a batch: it holds the batch's *collect lock* (a lock file beside the
+state, released by the kernel if the process dies) while it polls, downloads and settles, and
+keeps the downloaded lines in a results file beside the state before it settles them. Another
+process that shares the batch waits for the lock and reads the answers from that file without
+billing them again.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import fcntl
 import hashlib
@@ -15,7 +22,7 @@ import json
 import os
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +49,20 @@ def state_file(backend: Any) -> Path:
     folder = backend.batch_dir or Path(".cache/batches")
     key = hashlib.sha256(f"{backend.base_url}|{backend.model_id}".encode()).hexdigest()[:16]
     return folder / f"{key}.json"
+
+
+def open_batches(backend: Any) -> list[str]:
+    """The keys of the batches in flight (submitted, not collected) of ``backend``'s endpoint and
+    model; [] when it sends no batches (its own, or the one a cache wraps)."""
+    inner = getattr(backend, "backend", backend)
+    if getattr(inner, "mode", None) != "batch" or not hasattr(inner, "batch_dir"):
+        return []
+    path = state_file(inner)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    return [b["key"] for b in data.get("batches", []) if not b.get("collected")]
 
 
 class BatchState:
@@ -78,6 +99,46 @@ class BatchState:
                 yield
             finally:
                 fcntl.flock(handle, fcntl.LOCK_UN)
+
+    def _beside(self, key: str, suffix: str) -> Path:
+        digest = hashlib.sha256(key.encode("utf-8")).hexdigest()[:16]
+        return self.path.with_name(f"{self.path.stem}.{digest}{suffix}")
+
+    @contextlib.asynccontextmanager
+    async def collecting(self, key: str, poll_s: float = 0.2) -> AsyncIterator[None]:
+        """Hold batch ``key``'s collect lock (waiting, without blocking the event loop, while
+        another process holds it)."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self._beside(key, ".collect"), "a") as handle:
+            while True:
+                try:
+                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    await asyncio.sleep(poll_s)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    def entry(self, key: str) -> dict | None:
+        """The recorded entry ``key`` as it stands now."""
+        with self._locked() as data:
+            return next((dict(b) for b in data["batches"] if b["key"] == key), None)
+
+    def keep_results(self, key: str, items: dict[str, dict]) -> None:
+        """The downloaded lines of batch ``key``, written before they are settled."""
+        path = self._beside(key, ".results.json")
+        temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        temp.write_text(json.dumps(items), encoding="utf-8")
+        os.replace(temp, path)
+
+    def results(self, key: str) -> dict[str, dict]:
+        """The lines another process collected for batch ``key`` ({} when none were kept)."""
+        try:
+            return json.loads(self._beside(key, ".results.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
 
     def adoptable(self, wanted: set[str]) -> list[dict]:
         """Uncollected batches holding any of ``wanted`` (submitted by an earlier or parallel process)."""

@@ -394,6 +394,8 @@ class OpenAIBackend:
                 tally.sent += 1
                 message = self._redact(describe(exc))
                 logger.warning("request %r failed: %s", request.request_id, message)
+                status = getattr(exc, "status_code", None)  # a 404 for every request stops the call early
+                state.note_fault(f"HTTP {status}" if status else type(exc).__name__, request.request_id)
                 return tally.failed(message)
             finally:
                 if outcome == OVERLOAD:

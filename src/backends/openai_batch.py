@@ -23,9 +23,9 @@ one line. Which providers accept which dialect: docs/cost.md.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections import Counter
-from collections.abc import Iterator
 from typing import Any
 
 from tqdm.auto import tqdm
@@ -61,6 +61,9 @@ class BatchCall:
         self.attempts = [0] * len(requests)
         self.causes: dict[int, str] = {}  # the last reason a request came back unanswered
         self.capped: set[int] = set()  # requests the cap left out of the latest round
+        self.outside_cap = 0  # lines of adopted batches counted with no room left under the cap
+        self.odd_lines = 0  # result lines repeated or without a custom_id
+        self.open_batches: dict[str, dict] = {}  # submitted or adopted, not collected yet
         self.state = BatchState(state_file(backend))
         self.bar = tqdm(total=len(requests), desc=progress, unit="req", disable=progress is None)
 
@@ -78,6 +81,9 @@ class BatchCall:
                 self._fail(n, self.backend.meter.exhausted(self.requests[n], "batch"))
             if pending - capped:
                 await self._synchronously(pending - capped)
+        except asyncio.CancelledError:  # Ctrl-C, SIGTERM: the batches stay with the provider
+            self._left_running()
+            raise
         except BatchAPIError as error:
             self.backend.stop_reason = str(error)
             logger.error("%s", error)
@@ -92,21 +98,22 @@ class BatchCall:
         """Adopt the batches an earlier process left for these requests, submit the rest, poll all
         to the end and collect; returns the requests still unanswered."""
         admissions: dict[int, Admission] = {}
+        adopted: set[int] = set()
         with self.state.claim():  # adopt-or-submit is one step for every process of this endpoint
             batches = self.state.adoptable({self.ids[n] for n in pending})
             for entry in batches:
                 mine = self._mine(entry)
+                adopted.update(mine)
                 logger.info("batch %s: resuming (%d of this call's requests)", entry.get("batch_id"), len(mine))
-                for n in mine:  # sent by the process that submitted them: counted whatever the cap says
-                    self.attempts[n] += 1
-                    admissions[n] = self.backend.meter.admit(self.requests[n], self.attempts[n] == 1, "batch", True)
-            admitted = self._admit([n for n in sorted(pending) if n not in admissions])
+                admissions.update(self._adopt(entry, mine))
+            admitted = self._admit([n for n in sorted(pending) if n not in adopted])
             admissions.update(admitted)
-            for number, chunk in enumerate(_chunks(sorted(admitted), self.backend.batch_max_requests)):
-                batches.append(await self._submit(api, chunk, f"{round_number}.{number}"))
-        unanswered = pending - set(admissions)
+            for number, chunk in enumerate(self._split(api, sorted(admitted))):
+                batches.append(await self._submit(api, chunk, f"{round_number}.{number}", admissions))
+        unanswered = pending - set(admissions) - adopted
         for entry in batches:
             unanswered |= await self._finish(api, entry, admissions)
+        self._name_odd_lines(api)
         if unanswered:
             causes = Counter(self.causes.get(n, "no result") for n in unanswered)
             listed = "; ".join(f"{count} x {cause}" for cause, count in causes.most_common(5))
@@ -114,6 +121,64 @@ class BatchCall:
             logger.warning("batch round %d: %d requests unanswered (%s); they go to %s", round_number + 1,
                            len(unanswered), listed, where)  # fmt: skip
         return unanswered
+
+    def _adopt(self, entry: dict, mine: list[int], collecting: bool = False) -> dict[int, Admission]:
+        """Admissions for the lines of a batch an earlier or parallel process submitted. A batch its
+        live submitter still holds is left to it (its answers are read once it has collected them);
+        one whose run ended is taken over with its hold in the ledger, so its lines are admitted
+        within the cap like any other, never past it by force."""
+        meter, reservation = self.backend.meter, self.backend.meter.reservation
+        held = reservation.take_batch(entry["key"]) if reservation is not None else "none"
+        self.open_batches[entry["key"]] = entry
+        if held == "owned" and not collecting:
+            logger.info("batch %s: collected by the run that submitted it; this run waits", entry.get("batch_id"))
+            return {}
+        admissions = {}
+        for n in mine:
+            self.attempts[n] += 1
+            first = self.attempts[n] == 1
+            admission = meter.admit(self.requests[n], first, "batch")
+            if admission is None and meter.extend_for(self.requests[n], first, "batch"):
+                admission = meter.admit(self.requests[n], first, "batch")
+            admissions[n] = admission or meter.already_sent(self.requests[n], first, "batch")
+            self.outside_cap += admission is None
+        if self.outside_cap:
+            logger.warning("batch %s: %d of its lines are counted beyond the cap's room (sent by an earlier run "
+                           "with no hold in a ledger; the provider bills them)", entry.get("batch_id"),
+                           self.outside_cap)  # fmt: skip
+            self.outside_cap = 0
+        if reservation is not None and held != "held":
+            ceiling = sum(admissions[n].ceiling for n in mine)
+            reservation.hold_batch(entry["key"], entry.get("batch_id"), ceiling)
+        return admissions
+
+    def _split(self, api, numbers: list[int]) -> list[list[int]]:
+        """The admitted lines in batches within the dialect's request and byte limits."""
+        sizes = [len(json.dumps(self.backend.body(self.requests[n])[1]).encode("utf-8")) + 200 for n in numbers]
+        return [[numbers[i] for i in chunk] for chunk in split_by_limits(sizes, *api.limits)]
+
+    def _name_odd_lines(self, api) -> None:
+        """Name result lines a provider should not have sent: repeated custom_ids, lines without one."""
+        if api.duplicates:
+            named = ", ".join(sorted(set(api.duplicates))[:5])
+            logger.warning("batch: %d custom_ids answered more than once (the first answer kept): %s",
+                           len(api.duplicates), named)  # fmt: skip
+            self.odd_lines += len(api.duplicates)
+        if api.unnamed:
+            logger.warning("batch: %d result lines without a custom_id (not matched to any request)", api.unnamed)
+            self.odd_lines += api.unnamed
+        api.duplicates, api.unnamed = [], 0
+
+    def _left_running(self) -> None:
+        """One line per batch this call leaves in flight: left running (cancelling it would still bill
+        the lines it completed), its ceiling held in the ledger, collected by the same command."""
+        reservation = self.backend.meter.reservation
+        held = reservation is not None and reservation.shared
+        for entry in self.open_batches.values():
+            where = "its ceiling stays reserved in the ledger; " if held else ""
+            logger.warning("batch %s: left running at the provider (%d requests, not cancelled); %sthe same command "
+                           "collects and settles it", entry.get("batch_id") or "(being created)",
+                           len(entry["custom_ids"]), where)  # fmt: skip
 
     def _mine(self, entry: dict[str, Any]) -> list[int]:
         return [self.index[c] for c in entry["custom_ids"] if c in self.index and not self._done(self.index[c])]
@@ -139,7 +204,7 @@ class BatchCall:
                 self.attempts[n] += 1
         return admitted
 
-    async def _submit(self, api, chunk: list[int], key: str) -> dict:
+    async def _submit(self, api, chunk: list[int], key: str, admissions: dict[int, Admission]) -> dict:
         """Submit one batch of request lines, recording each step before the next."""
         lines, endpoint = [], None
         for n in chunk:
@@ -148,8 +213,14 @@ class BatchCall:
             lines.append({"custom_id": self.ids[n], "method": "POST", "url": "/v1" + path, "body": body})
         entry = {"key": f"{self.ids[chunk[0]]}:{key}", "batch_id": None, "endpoint": endpoint, "collected": False}
         entry["custom_ids"] = [self.ids[n] for n in chunk]
+        reservation = self.backend.meter.reservation
+        if reservation is not None:  # from here the batch may run and bill whatever becomes of this run
+            reservation.hold_batch(entry["key"], None, sum(admissions[n].ceiling for n in chunk))
+        self.open_batches[entry["key"]] = entry
         entry["batch_id"] = await api.submit(lines, endpoint, entry, self.state.record)
         self.state.record(entry)
+        if reservation is not None:
+            reservation.hold_batch(entry["key"], entry["batch_id"], sum(admissions[n].ceiling for n in chunk))
         logger.info(
             "batch %s: %d requests submitted; polling every %g s",
             entry["batch_id"],
@@ -159,8 +230,32 @@ class BatchCall:
         return entry
 
     async def _finish(self, api, entry: dict, admissions: dict[int, Admission]) -> set[int]:
-        """Poll ``entry``'s batch to its end and collect its lines; returns the requests unanswered."""
+        """Poll ``entry``'s batch to its end and collect its lines, holding its collect lock so that
+        no two processes settle one batch; returns the requests unanswered."""
+        async with self.state.collecting(entry["key"]):
+            now = self.state.entry(entry["key"]) or entry
+            if now.get("collected") and now.get("status") != "lost":
+                return self._read_collected(entry, admissions)
+            return await self._collect_batch(api, entry, admissions)
+
+    def _read_collected(self, entry: dict, admissions: dict[int, Admission]) -> set[int]:
+        """Another process collected and settled this batch: its answers, read from what it kept, unbilled here."""
+        items = self.state.results(entry["key"])
+        for n in self._mine(entry):
+            if n in admissions:  # admitted here too (a batch's run that ended meanwhile): not billed twice
+                self.backend.meter.release(admissions.pop(n))
+        self.open_batches.pop(entry["key"], None)
+        if self.backend.meter.reservation is not None:
+            self.backend.meter.reservation.collected_batch(entry["key"])
+        view = BatchView(str(entry.get("batch_id")), str(self.state.entry(entry["key"]).get("status")))
+        logger.info("batch %s: collected by another process; its answers are read here, not billed again",
+                    entry.get("batch_id"))  # fmt: skip
+        return {n for n in self._mine(entry) if not self._collect(n, items.get(self.ids[n]), None, view)}
+
+    async def _collect_batch(self, api, entry: dict, admissions: dict[int, Admission]) -> set[int]:
         mine = self._mine(entry)
+        if missing := [n for n in mine if n not in admissions]:  # its submitter died before collecting it
+            admissions.update(self._adopt(entry, missing, collecting=True))
         if entry.get("batch_id") is None:
             entry["batch_id"] = await api.find(entry)
             if entry["batch_id"] is None:
@@ -179,11 +274,15 @@ class BatchCall:
             self.state.record(entry)
         view = await self._poll(api, entry["batch_id"])
         items = await api.results(view) if view.status != "failed" else {}
+        self.state.keep_results(entry["key"], items)
         unanswered = {n for n in mine if not self._collect(n, items.get(self.ids[n]), admissions.get(n), view)}
         self._close(entry, view.status)
+        if self.backend.meter.reservation is not None:
+            self.backend.meter.reservation.collected_batch(entry["key"])
         return unanswered
 
     def _close(self, entry: dict, status: str) -> None:
+        self.open_batches.pop(entry["key"], None)
         entry.update(collected=True, status=status)
         self.state.record(entry)
 
@@ -194,14 +293,14 @@ class BatchCall:
         if item is None or response.get("status_code") != 200:
             if admission is not None:
                 self.bills[n].add(meter.settle(admission, None))
-            self.causes[n] = _line_cause(item, view)
+            self.causes[n] = self.backend._redact(_line_cause(item, view))
             return False
         try:
             reply = self.backend.answer_of(reply_of(response.get("body"), request.completion), request)
         except RetryableError as fault:
             if admission is not None:
                 self.bills[n].add(meter.settle(admission, fault.billed))
-            self.causes[n] = f"reply fault: {fault.kind}"
+            self.causes[n] = self.backend._redact(f"reply fault: {fault.kind}")
             return False
         if admission is not None:
             self.bills[n].add(meter.settle(admission, reply.billed))
@@ -264,6 +363,15 @@ def _line_cause(item: dict | None, view: BatchView) -> str:
     return f"HTTP {response.get('status_code')}" + (f": {message}" if message else "")
 
 
-def _chunks(items: list[int], size: int) -> Iterator[list[int]]:
-    for start in range(0, len(items), max(1, size)):
-        yield items[start : start + size]
+def split_by_limits(sizes: list[int], most: int, size_limit: int) -> list[list[int]]:
+    """Indexes of lines of ``sizes`` bytes in consecutive batches of at most ``most`` lines and
+    ``size_limit`` bytes (a line alone over the byte limit is a batch of its own: the provider names it)."""
+    chunks: list[list[int]] = []
+    size = 0
+    for index, line in enumerate(sizes):
+        if not chunks or len(chunks[-1]) >= most or size + line > size_limit:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(index)
+        size += line
+    return chunks

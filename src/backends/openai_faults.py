@@ -20,8 +20,7 @@ from src.backends.openai_reply import (
 )
 from src.backends.repeats import cut_at_repeat
 from src.backends.retry import is_auth_status, is_retryable_status, parse_retry_after
-from src.backends.routing import provider_mismatch
-from src.backends.served import is_mismatch
+from src.backends.served import OFF_PIN, is_mismatch, off_pin_reason
 from src.redact import redact_uris
 
 
@@ -73,8 +72,10 @@ def status_fault(
 
 def answer_of(reply: Reply, request: ChatRequest, model_id: str, routing: dict | None, on_model_mismatch: str) -> Reply:
     """The reply as the answer it is (a refusal is one), or raises the fault it is: blank or a
-    failed finish reason, a length cut the provider made, another model or provider (under
-    ``on_model_mismatch: fail``)."""
+    failed finish reason, a length cut the provider made, another model, provider or quantization
+    (under ``on_model_mismatch: fail``; under ``warn`` such an answer is kept, marked
+    ``served.off_pin`` and never cached). Every form of reply passes the served-model check."""
+    _check_pin(reply, model_id, routing, on_model_mismatch)
     if reply.refusal is not None:  # the model's answer, whatever the finish reason says
         if reply.finish_reason in FAILED_FINISH_REASONS:
             reply.finish_reason = "refusal"
@@ -91,26 +92,24 @@ def answer_of(reply: Reply, request: ChatRequest, model_id: str, routing: dict |
             kind="cut short by the provider",
             billed=reply.billed,
         )
-    if on_model_mismatch == "fail":
-        if is_mismatch(model_id, reply.served):
-            raise RetryableError(
-                f"served model {reply.served['model']!r} is not {model_id!r} (on_model_mismatch: fail)",
-                kind="served by another model",
-                billed=reply.billed,
-            )
-        if provider_mismatch(routing, reply.served):
-            raise RetryableError(
-                f"served by provider {reply.served['provider']!r}, outside the pinned routing "
-                "(on_model_mismatch: fail)",
-                kind="served by another provider",
-                billed=reply.billed,
-            )
     # The server cannot stop at a repeated item, so the same answer is cut from its text.
     text, cut = cut_at_repeat(reply.text, request.stop_at_repeat)
     reply.text, reply.finish_reason = text, "stop" if cut else reply.finish_reason
     if reply.source != "content":
         reply.served = {**reply.served, "answer_from": reply.source}
     return reply
+
+
+def _check_pin(reply: Reply, model_id: str, routing: dict | None, on_model_mismatch: str) -> None:
+    """Raise (``fail``) or mark (``warn``: ``served.off_pin``) a reply from another model, provider
+    or quantization than the pinned ones."""
+    why = off_pin_reason(model_id, routing, reply.served)
+    if why is None:
+        return
+    if on_model_mismatch == "fail":
+        kind = "served by another model" if is_mismatch(model_id, reply.served) else "served off the pinned routing"
+        raise RetryableError(f"{why} (on_model_mismatch: fail)", kind=kind, billed=reply.billed)
+    reply.served = {**reply.served, OFF_PIN: why}
 
 
 def body_text(exc: openai.APIStatusError) -> str:

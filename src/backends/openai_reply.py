@@ -7,7 +7,7 @@ Every form a reply can take has one meaning here:
 * ``message.refusal`` with no content: the model's answer, a refusal (kept, never retried);
 * no content but one ``tool_calls`` entry (or a legacy ``function_call``): the answer is its
   ``arguments`` (providers that implement structured outputs with tool calling put it there);
-  several tool calls are a fault named as such;
+  several tool calls are a fault named as such, and so is text beside a tool call;
 * a chat choice with ``text`` instead of a message: the answer;
 * a body sent as Server-Sent Events although no stream was asked for: the chunks joined;
 * only ``reasoning`` and no content: a fault naming it (the budget went to reasoning);
@@ -32,6 +32,7 @@ import httpx
 
 from src.backends.served import served_info
 from src.billing.bill import BilledReply
+from src.billing.reported import reported_usage
 
 FAILED_FINISH_REASONS = frozenset({"error", "content_filter"})  # the provider says this is no answer
 REASONING_FIELDS = ("reasoning", "reasoning_content")
@@ -213,8 +214,7 @@ def reply_of(payload: Any, plain_text: bool = False, streamed: bool = False) -> 
     choices = payload.get("choices")
     if choices is None and "usage" not in payload:
         raise RetryableError("response without choices", kind="response without choices")
-    tier = payload.get("service_tier")
-    billed = BilledReply(usage_dict(payload), generated_text(choices), tier if isinstance(tier, str) else None)
+    billed = billed_reply(payload, choices)
     if choices is not None and not isinstance(choices, list):
         raise NeverHeals(
             f"choices is a JSON {type(choices).__name__}, not a list", kind="choices not a list", billed=billed
@@ -260,6 +260,7 @@ def _answer_of(choice: dict, plain_text: bool, billed: BilledReply) -> tuple[str
     if content is not None:
         text = content if isinstance(content, str) else joined_text_parts(content, billed)
         if text.strip():
+            _no_call_beside(message, billed)
             return text, None, "content" if isinstance(content, str) else "parts"
     refusal = message.get("refusal")
     if isinstance(refusal, str) and refusal.strip():
@@ -279,6 +280,20 @@ def _answer_of(choice: dict, plain_text: bool, billed: BilledReply) -> tuple[str
         )
     what = "null content" if "content" in message else "message without content"
     raise RetryableError(what, kind=what, billed=billed)
+
+
+def _no_call_beside(message: dict, billed: BilledReply) -> None:
+    """Text and a tool (or function) call in one reply: which one is the answer cannot be told, so
+    neither is taken (never the call dropped silently)."""
+    calls = message.get("tool_calls")
+    count = len(calls) if isinstance(calls, list) else 0
+    count += isinstance(message.get("function_call"), dict)
+    if count:
+        raise NeverHeals(
+            f"the reply holds text and {count} tool call(s) (none is taken: which is the answer is ambiguous)",
+            kind="text and tool calls",
+            billed=billed,
+        )
 
 
 def _called_answer(message: dict, billed: BilledReply) -> tuple[str, None, str] | None:
@@ -369,12 +384,10 @@ def error_text(error: Any) -> str:
     return str(text)[:300]
 
 
-def usage_dict(payload: dict) -> dict:
-    """Token counts and, where reported (OpenRouter), the cost in credits: only what the reply says."""
-    usage = payload.get("usage")
-    if not isinstance(usage, dict):
-        return {}
-    result = {"prompt_tokens": usage.get("prompt_tokens"), "completion_tokens": usage.get("completion_tokens")}
-    if usage.get("cost") is not None:
-        result["cost"] = float(usage["cost"])
-    return result
+def billed_reply(payload: dict, choices: Any) -> BilledReply:
+    """What the reply bills: its checked usage (odd figures named, never raised), what it generated, its tier."""
+    reported = reported_usage(payload.get("usage"))
+    tier = payload.get("service_tier")
+    return BilledReply(
+        reported.usage, generated_text(choices), tier if isinstance(tier, str) else None, odd=reported.odd
+    )

@@ -1,12 +1,14 @@
 """Retry policy for remote backends: which failures to retry and how long to wait.
 
-Rate limits (429), server errors (5xx), request timeouts (408) and transport failures are
+Rate limits (429), server errors (5xx), request timeouts (408), conflicts (409: the server
+was busy with the same resource; OpenAI's own client retries them) and transport failures are
 transient, so they are retried with exponential backoff and full jitter (a uniform wait in
 ``[0, min(max, base * 2**attempt)]``) so that many concurrent requests do not retry in
 lockstep. A server's ``Retry-After`` overrides the jittered wait. A 200 that is not an answer
 (null content, bad JSON, an ``error`` object) is retried the same way by the backend. Every
-other 4xx is a bug in the request (bad model id) and fails at once; 401/403 (a rejected key)
-too, with their own message, since retrying a bad key only repeats the rejection.
+other 4xx is a bug in the request (bad model id, a pin no provider matches) and fails at once,
+and counts toward the call's early stop on a repeated fault; 401/403 (a rejected key) too, with
+their own message, since retrying a bad key only repeats the rejection.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import time
 from dataclasses import dataclass
 from datetime import UTC
 
-RETRYABLE_STATUS = frozenset({408, 429})
+RETRYABLE_STATUS = frozenset({408, 409, 429})
 AUTH_STATUS = frozenset({401, 403})
 
 
@@ -58,7 +60,7 @@ class RetryPolicy:
 
 
 def is_retryable_status(status: int) -> bool:
-    """True for 408, 429 and every 5xx."""
+    """True for 408, 409, 429 and every 5xx."""
     return status in RETRYABLE_STATUS or 500 <= status <= 599
 
 

@@ -12,8 +12,9 @@ models, or in a model file for one model, which wins key by key) is sent as Open
 * ``quantizations``: the weight formats allowed (``fp8``, ``bf16``, ...).
 
 It is part of the response-cache key (another route may give another answer) and of the run's
-params. Every reply names the provider that served it (OpenRouter's ``provider`` field); one
-outside the pinned set is a mismatch under ``on_model_mismatch``, like a fallback model.
+params. Every reply names the provider that served it (OpenRouter's ``provider`` field), and
+some the weight format (``quantization``); one outside the pinned set (:func:`off_pin`) is a
+mismatch under ``on_model_mismatch``, like a fallback model, whatever form the reply takes.
 """
 
 from __future__ import annotations
@@ -66,10 +67,24 @@ def allowed_providers(routing: dict[str, Any] | None) -> set[str] | None:
 
 
 def provider_mismatch(routing: dict[str, Any] | None, served: dict | None) -> bool:
-    """True when the reply names a provider outside the pinned set (a reply naming none is no mismatch)."""
+    """True when the reply names a provider outside the pinned set, or a weight format outside the
+    pinned ``quantizations`` (a reply naming neither is no mismatch)."""
+    return off_pin(routing, served) is not None
+
+
+def off_pin(routing: dict[str, Any] | None, served: dict | None) -> str | None:
+    """Why the reply is outside the pinned routing (its provider, or its quantization where it names
+    one), in a few words; None when it is inside, or names nothing to compare."""
+    served = served or {}
     allowed = allowed_providers(routing)
-    name = (served or {}).get("provider")
-    return allowed is not None and bool(name) and _slug(name) not in {_slug(a) for a in allowed}
+    name = served.get("provider")
+    if allowed is not None and name and _slug(name) not in {_slug(a) for a in allowed}:
+        return f"provider {name!r} outside {sorted(allowed)}"
+    formats = (routing or {}).get("quantizations")
+    quantization = served.get("quantization")
+    if formats and quantization and _slug(quantization) not in {_slug(f) for f in formats}:
+        return f"quantization {quantization!r} outside {sorted(formats)}"
+    return None
 
 
 def _slug(name: str) -> str:

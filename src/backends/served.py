@@ -1,7 +1,8 @@
 """What a provider says it served, and whether that is the model that was asked for.
 
 A routing provider (OpenRouter) may answer from a fallback model; a reply's ``model``,
-``system_fingerprint`` and OpenRouter's ``provider`` say who really answered. They are kept
+``system_fingerprint``, OpenRouter's ``provider`` and, where a provider names it, the weight
+format (``quantization``) say who really answered. They are kept
 with every answer (cache entry, predictions) so that a run can count and report mismatches.
 
 Matching rule (:func:`same_model`): two names are the same model when they are equal after
@@ -25,8 +26,13 @@ import re
 from collections import Counter
 from collections.abc import Iterable
 
+from src.backends.routing import off_pin
+
 ON_MISMATCH = ("warn", "fail")
-SERVED_FIELDS = ("model", "system_fingerprint", "provider")
+SERVED_FIELDS = ("model", "system_fingerprint", "provider", "quantization")
+#: The ``served`` key naming why an answer is off its pin (another model, provider or quantization):
+#: such an answer is kept and counted under ``on_model_mismatch: warn``, never cached.
+OFF_PIN = "off_pin"
 _DATE_SUFFIX = re.compile(r"-(\d{4}-\d{2}-\d{2}|\d{8})$")
 
 
@@ -56,6 +62,14 @@ def same_model(requested: str, served: str | None) -> bool:
 def is_mismatch(requested: str, served: dict | None) -> bool:
     """True when the served record names a model other than ``requested``."""
     return not same_model(requested, (served or {}).get("model"))
+
+
+def off_pin_reason(requested: str, routing: dict | None, served: dict | None) -> str | None:
+    """Why ``served`` is not the pinned model, provider or quantization; None when it is (or says nothing)."""
+    if is_mismatch(requested, served):
+        return f"served model {(served or {})['model']!r} is not {requested!r}"
+    where = off_pin(routing, served)
+    return None if where is None else f"served off the pinned routing: {where}"
 
 
 def mismatch_counts(requested: str, served_records: Iterable[dict | None]) -> Counter[str]:

@@ -5,7 +5,8 @@ away and retried (a null content, a blank answer, two choices). Each such attemp
 its tokens as the reply's ``usage`` reported them, else counted on this machine and marked
 *estimated*; its cost as the reply's ``usage.cost`` (``cost_reported``), else the tokens at the
 model file's price (``cost_price_table`` for reported tokens, ``cost_estimated`` for estimated
-ones). An attempt that got no completion (an HTTP error, a timeout, a cut-off body, an HTML
+ones); a reply whose figures are odd (``true``, NaN, negative, ``"n/a"``) is priced the
+same way and counted in ``odd_replies`` (:mod:`src.billing.reported`). An attempt that got no completion (an HTTP error, a timeout, a cut-off body, an HTML
 page, an ``error`` object) is an ``unbilled`` attempt: providers do not bill it
 (docs/cost.md names the sources).
 """
@@ -26,6 +27,7 @@ BILL_FIELDS = (
     "cost_reported",
     "cost_price_table",
     "cost_estimated",
+    "odd_replies",
 )
 
 
@@ -33,11 +35,13 @@ BILL_FIELDS = (
 class BilledReply:
     """What a billed reply said about itself: its ``usage`` (possibly empty or partial) and the
     text it generated (content, refusal, tool arguments, reasoning), to count when usage lacks it;
-    ``service_tier``: the tier the reply says served it (OpenAI's flex may fall back to the standard tier)."""
+    ``service_tier``: the tier the reply says served it (OpenAI's flex may fall back to the standard tier);
+    ``usage`` holds only checked figures, ``odd`` names the others."""
 
     usage: dict
     generated_text: str = ""
     service_tier: str | None = None
+    odd: tuple[str, ...] = ()  # figures of its usage that were no finite number >= 0 (src/billing/reported.py)
 
 
 @dataclass
@@ -57,6 +61,7 @@ class Bill:
     cost_reported: float = 0.0
     cost_price_table: float = 0.0
     cost_estimated: float = 0.0
+    odd_replies: int = 0  # billed replies with an odd figure, priced as if they had not said it
 
     @property
     def cost(self) -> float:

@@ -10,16 +10,12 @@ under the same lock, or stops. At its end (finished, failed, Ctrl-C, SIGTERM) it
 reservation becomes an entry holding what it really spent.
 
 Every billed attempt is also appended to the run's *journal* (one JSON line each, beside the
-ledger), and a heartbeat touches the journal every :data:`HEARTBEAT_S` seconds. A run that
-died without settling (SIGKILL, a lost machine) leaves a stale reservation, released by the
-next run that opens the ledger, by this rule:
-
-* on the same host, when its process is gone (the pid is not running, or runs another program
-  started later: pid reuse is checked by the process start time);
-* on any host, when its journal has had no heartbeat for ``budget.stale_after_s`` seconds.
-
-A released reservation is settled at the sum of its journal: what the dead run was billed
-(docs/cost.md).
+ledger). A reservation is a *lease* the run renews (a heartbeat) and checks at every admission:
+:mod:`src.billing.lease` says when another run may release it (its run is gone), settled at
+the sum of its journal; a run that finds its lease released stops sending and settles only
+what the release did not count, so each run has exactly one entry (docs/cost.md). An ended
+run's journal is kept (*carried*) for its next process, whose usage counts those attempts at
+their price (:mod:`src.billing.earlier`); a run without a shared ledger keeps a journal too.
 """
 
 from __future__ import annotations
@@ -28,19 +24,18 @@ import contextlib
 import fcntl
 import json
 import os
-import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from src.billing.lease import HEARTBEAT_S, batch_holds, carry_journal, identity, now_stamp, release_stale
 from src.config.errors import ConfigError
 
 LEDGER_FORMAT = 2
-HEARTBEAT_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -118,104 +113,14 @@ def spent(budget: Budget) -> dict[str, float]:
     }
 
 
-# ----- process identity and staleness ---------------------------------------------------------------
-
-
-def _boot_id() -> str:
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        return ""
-
-
-def process_start(pid: int) -> str | None:
-    """The boot and start time of process ``pid`` (None where /proc cannot tell): with the pid,
-    it names one process even after the pid is reused."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return f"{_boot_id()}:{stat.rpartition(')')[2].split()[19]}"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def stale_reason(reservation: dict[str, Any], stale_after_s: float, now: float | None = None) -> str | None:
-    """Why a reservation is stale (its run is gone), or None while its run may still be going."""
-    now = time.time() if now is None else now
-    if reservation.get("host") == socket.gethostname():
-        pid = int(reservation.get("pid", -1))
-        if not _alive(pid):
-            return f"process {pid} is gone"
-        started = reservation.get("process_start")
-        if started is not None and process_start(pid) not in (None, started):
-            return f"process {pid} is another program now"
-    journal = Path(reservation.get("journal", ""))
-    try:
-        beat = journal.stat().st_mtime
-    except OSError:
-        beat = float(reservation.get("started", 0.0))
-    if now - beat > stale_after_s:
-        return f"no heartbeat for {now - beat:.0f} s (budget.stale_after_s={stale_after_s:g})"
-    return None
-
-
-def journal_total(path: Path) -> dict[str, float]:
-    """The cost, requests and attempts a journal recorded (a torn last line is skipped)."""
-    total = {"cost_usd": 0.0, "requests": 0, "attempts": 0}
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError:
-        return total
-    for line in lines:
-        try:
-            item = json.loads(line)
-        except ValueError:
-            continue
-        total["cost_usd"] += float(item.get("cost_usd", 0.0))
-        total["requests"] += int(item.get("requests", 0))
-        total["attempts"] += int(item.get("attempts", 0))
-    return total
-
-
-def release_stale(data: dict[str, Any], name: str, stale_after_s: float) -> list[str]:
-    """Settle the stale reservations of ledger ``name`` in ``data`` at their journals' sums; the
-    lines to log."""
-    kept, notes = [], []
-    for reservation in data["reservations"].get(name, []):
-        why = stale_reason(reservation, stale_after_s)
-        if why is None:
-            kept.append(reservation)
-            continue
-        journal = Path(reservation["journal"])
-        total = journal_total(journal)
-        data["ledgers"].setdefault(name, []).append({"run": reservation["run"], "time": _now(), "stale": why, **total})
-        journal.unlink(missing_ok=True)
-        notes.append(
-            f"ledger {name!r}: released the stale reservation of {reservation['run']} ({why}); "
-            f"settled at its journal: ${total['cost_usd']:.6g}, {total['requests']} requests"
-        )
-    data["reservations"][name] = kept
-    return notes
-
-
-def _now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
-
-
 # ----- the reservation ------------------------------------------------------------------------------
 
 
 class Reservation:
-    """A run's claim on its ledger: reserved cost and requests, its journal and heartbeat.
+    """A run's claim on its ledger, a lease (:mod:`src.billing.lease`): reserved cost and requests,
+    its journal and heartbeat. The run checks its lease at every admission (:meth:`check`); one
+    released by another process (the run was paused past ``stale_after_s``) stops the run with
+    :attr:`lost`, and its settle adds only what the release did not count.
 
     Without a ledger name the reservation lives in memory only and its allowance is the cap
     itself (each run capped on its own).
@@ -224,14 +129,17 @@ class Reservation:
     def __init__(self, budget: Budget, run_name: str, cost_usd: float, requests: int) -> None:
         self.budget = budget
         self.run_name = run_name
-        self.id = uuid.uuid4().hex[:12]
+        self.id = uuid.uuid4().hex[:12]  # the lease id
         self.cost_usd = cost_usd  # reserved
         self.requests = requests
         self.journal: Path | None = None
+        self.lost: str | None = None  # the line a run whose lease was released stops with
         self._handle = None
+        self._journal_lock = threading.Lock()
         self._stop = threading.Event()
         self._beat: threading.Thread | None = None
         self.notes: list[str] = []
+        self.carried: Path | None = None  # where settle kept the journal (src/billing/earlier.py)
 
     @property
     def shared(self) -> bool:
@@ -243,12 +151,59 @@ class Reservation:
         requests = None if self.budget.max_requests is None else self.requests
         return cost, requests
 
-    def record(self, cost_usd: float, requests: int, attempts: int) -> None:
-        """Append one attempt to the journal (what a stale release settles at)."""
-        if self._handle is not None:
-            line = json.dumps({"cost_usd": cost_usd, "requests": requests, "attempts": attempts})
-            self._handle.write(line + "\n")
-            self._handle.flush()
+    def record(self, cost_usd: float, requests: int, attempts: int, **detail: object) -> None:
+        """Append one attempt to the journal (what a stale release settles at); ``detail``: what a
+        resumed run needs to count it (its key, mode, tokens)."""
+        with self._journal_lock:
+            if self._handle is not None:
+                line = json.dumps({"cost_usd": cost_usd, "requests": requests, "attempts": attempts, **detail})
+                self._handle.write(line + "\n")
+                self._handle.flush()
+
+    # ----- the lease, under the ledger's lock ---------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _lease(self, write: bool = True) -> Iterator[tuple[dict, dict | None]]:
+        """(the ledger's data, this run's lease in it or None when released), under the lock."""
+        path, name = self.budget.ledger_file, self.budget.ledger
+        with locked(path):
+            data = read_ledger(path)
+            mine = next((r for r in data["reservations"].get(name, []) if r.get("id") == self.id), None)
+            if mine is None and self.lost is None:
+                self.lost = self._lost_line(data)
+            yield data, mine
+            if write:
+                _write_ledger(path, data)
+
+    def _lost_line(self, data: dict) -> str:
+        entry = self._entry(data)
+        why = f" ({entry['stale']})" if entry and entry.get("stale") else ""
+        return (
+            f"budget: this run's reservation in ledger {self.budget.ledger!r} was released by another run{why}, "
+            "e.g. while this process was paused; it stops sending now (what it spent is settled once; "
+            "rerun the same command to complete from the cache)"
+        )
+
+    def _entry(self, data: dict) -> dict | None:
+        return next((e for e in data["ledgers"].get(self.budget.ledger, []) if e.get("lease") == self.id), None)
+
+    def check(self) -> str | None:
+        """None while this run's lease is in the ledger, else the one line it stops with."""
+        if not self.shared or self.lost is not None:
+            return self.lost
+        with self._lease(write=False):
+            pass
+        return self.lost
+
+    def renew(self) -> None:
+        """The heartbeat: the lease's renewal time in the ledger and the journal's time."""
+        if self.journal is not None:
+            with contextlib.suppress(OSError):
+                os.utime(self.journal)
+        if self.shared and self.lost is None:
+            with self._lease() as (_, mine):
+                if mine is not None:
+                    mine["renewed"] = time.time()
 
     def extend(self, spent_cost: float, spent_requests: int, cost: float, requests: int) -> bool:
         """Grow the reservation to ``spent + needed`` if the cap allows it (under the lock)."""
@@ -259,44 +214,110 @@ class Reservation:
                 return False
             self.cost_usd, self.requests = want_cost, want_requests
             return True
-        path, name = self.budget.ledger_file, self.budget.ledger
-        with locked(path):
-            data = read_ledger(path)
-            self.notes += release_stale(data, name, self.budget.stale_after_s)
+        name = self.budget.ledger
+        with self._lease() as (data, mine):
+            if mine is None:
+                return False
+            self.notes += release_stale(data, name, self.budget.stale_after_s, self.id)
             others = [r for r in data["reservations"].get(name, []) if r["id"] != self.id]
             settled = _settled(data["ledgers"].get(name, []))
             held_cost = settled["cost_usd"] + sum(r["cost_usd"] for r in others)
             held_requests = settled["requests"] + sum(r["requests"] for r in others)
             if not _fits(self.budget, held_cost, held_requests, want_cost, want_requests):
                 return False
-            for reservation in data["reservations"].get(name, []):
-                if reservation["id"] == self.id:
-                    reservation.update(cost_usd=want_cost, requests=want_requests)
-            _write_ledger(path, data)
+            mine.update(cost_usd=want_cost, requests=want_requests)
         self.cost_usd, self.requests = want_cost, want_requests
         return True
 
-    def settle(self, spend: dict[str, float]) -> None:
-        """Replace the reservation by an entry of what the run spent; stop the heartbeat."""
-        self._stop.set()
-        if self._handle is not None:
-            self._handle.close()
-            self._handle = None
+    # ----- batches in flight ----------------------------------------------------------------------------
+
+    def hold_batch(self, key: str, batch_id: str | None, cost_usd: float) -> None:
+        """Name a submitted batch and its ceiling in the lease: if the run ends (or dies) before
+        collecting it, the ceiling stays reserved as a batch hold."""
+        if self.shared:
+            with self._lease() as (_, mine):
+                if mine is not None:
+                    mine.setdefault("batches", {})[key] = {"batch_id": batch_id, "cost_usd": cost_usd}
+
+    def collected_batch(self, key: str) -> None:
+        """The batch ``key`` is collected and its lines settled (by this run or another): no lease
+        names it and no hold keeps it any more."""
+        if self.shared:
+            with self._lease() as (data, _):
+                live = data["reservations"].get(self.budget.ledger, [])
+                for lease in live:
+                    (lease.get("batches") or {}).pop(key, None)
+                live[:] = [r for r in live if r.get("batch_key") != key]
+
+    def take_batch(self, key: str) -> str:
+        """Take over batch ``key`` to collect it: ``"held"`` (its hold's room is now this run's),
+        ``"owned"`` (a live run's lease holds it: leave it to that run) or ``"none"`` (no record)."""
         if not self.shared:
-            return
-        path, name = self.budget.ledger_file, self.budget.ledger
-        with locked(path):
-            data = read_ledger(path)
-            data["reservations"][name] = [r for r in data["reservations"].get(name, []) if r["id"] != self.id]
-            data["ledgers"].setdefault(name, []).append({"run": self.run_name, "time": _now(), **spend})
-            _write_ledger(path, data)
-        if self.journal is not None:
-            self.journal.unlink(missing_ok=True)
+            return "none"
+        name = self.budget.ledger
+        with self._lease() as (data, mine):
+            if mine is None:
+                return "none"
+            self.notes += release_stale(data, name, self.budget.stale_after_s, self.id)
+            live = data["reservations"].get(name, [])
+            if key in (mine.get("batches") or {}):
+                return "held"  # taken over when the run reserved
+            if any(key in (r.get("batches") or {}) for r in live if r is not mine):
+                return "owned"
+            hold = next((r for r in live if r.get("batch_key") == key), None)
+            if hold is None:
+                return "none"
+            live.remove(hold)
+            mine["cost_usd"] = self.cost_usd = self.cost_usd + hold["cost_usd"]
+            mine.setdefault("batches", {})[key] = {"batch_id": hold.get("batch_id"), "cost_usd": hold["cost_usd"]}
+            return "held"
+
+    # ----- the end ----------------------------------------------------------------------------------------
+
+    def settle(self, spend: dict[str, float]) -> list[str]:
+        """Replace the lease by one entry of what the run spent (its batches in flight kept as holds);
+        a lease already released was settled at its journal: its entry is raised to ``spend``, never
+        a second entry. Stops the heartbeat; returns the lines to log."""
+        self._stop.set()
+        with self._journal_lock:
+            if self._handle is not None:
+                self._handle.close()
+                self._handle = None
+        if not self.shared:
+            self._carry()
+            return []
+        name, notes = self.budget.ledger, []
+        with self._lease() as (data, mine):
+            entries = data["ledgers"].setdefault(name, [])
+            live = data["reservations"].get(name, [])
+            if mine is not None:
+                live.remove(mine)
+                live += batch_holds(mine, f"{self.run_name} ended before collecting it")  # openai_batch names them
+                entries.append({"run": self.run_name, "lease": self.id, "time": now_stamp(), **spend})
+            elif (entry := self._entry(data)) is not None:
+                counted = float(entry.get("cost_usd", 0.0))
+                late = max(0.0, float(spend.get("cost_usd", 0.0)) - counted)
+                entry.update({**spend, "cost_usd": counted + late, "late_settle": usd(late)})
+                notes.append(
+                    f"ledger {name!r}: this run's reservation had been released at {usd(counted)} (its journal); "
+                    f"its settle adds the {usd(late)} spent after that to the same entry"
+                )
+            else:
+                entries.append({"run": self.run_name, "lease": self.id, "time": now_stamp(), **spend})
+                notes.append(f"ledger {name!r}: this run's reservation was gone; its spend is entered once now")
+        self._carry()
+        self.notes += notes
+        return notes
+
+    def _carry(self) -> None:
+        """Keep the journal for the run's next process (a resume counts its attempts at their price)."""
+        if self.journal is not None and self.carried is None:
+            self.carried = carry_journal(self.journal, self.run_name)
 
     def _heartbeat(self) -> None:
         while not self._stop.wait(HEARTBEAT_S):
-            with contextlib.suppress(OSError):
-                os.utime(self.journal)
+            with contextlib.suppress(OSError, ConfigError):
+                self.renew()
 
 
 def _fits(budget: Budget, held_cost: float, held_requests: int, cost: float, requests: int) -> bool:
@@ -305,9 +326,13 @@ def _fits(budget: Budget, held_cost: float, held_requests: int, cost: float, req
     return budget.max_requests is None or held_requests + requests <= budget.max_requests
 
 
-def reserve(budget: Budget, run_name: str, ceiling_cost: float | None, to_send: int) -> Reservation:
+def reserve(
+    budget: Budget, run_name: str, ceiling_cost: float | None, to_send: int, batches: Sequence[str] = ()
+) -> Reservation:
     """Reserve a run's planned ceiling (``ceiling_cost`` None: no price, counted as 0 where no cost
-    cap is set), or raise ConfigError with the budget line when it does not fit."""
+    cap is set), or raise ConfigError with the budget line when it does not fit. ``batches``: keys
+    of batches in flight the run may collect; their holds become part of its reservation (their
+    lines are in its plan), so a resumed run is not refused for its own batch."""
     cost = ceiling_cost or 0.0
     reservation = Reservation(budget, run_name, cost, to_send)
     if budget.ledger is None:
@@ -318,12 +343,19 @@ def reserve(budget: Budget, run_name: str, ceiling_cost: float | None, to_send: 
             reservation.cost_usd = budget.max_cost_usd
         if budget.max_requests is not None:
             reservation.requests = budget.max_requests
+        if budget.ledger_file is not None:  # a private journal: what a resume of this run counts
+            _open_journal(reservation, journals_folder(budget))
         return reservation
     path, name = budget.ledger_file, budget.ledger
     with locked(path):
         data = read_ledger(path)
         reservation.notes += release_stale(data, name, budget.stale_after_s)
         live = data["reservations"].get(name, [])
+        taken = [r for r in live if r.get("kind") == "batch" and r.get("batch_key") in set(batches)]
+        others = [r for r in live if r not in taken]
+        held = sum(r["cost_usd"] for r in taken)
+        if ceiling_cost is not None and held > ceiling_cost:
+            ceiling_cost = cost = reservation.cost_usd = held
         settled = _settled(data["ledgers"].get(name, []))
         problem = budget_problem(
             budget,
@@ -331,27 +363,26 @@ def reserve(budget: Budget, run_name: str, ceiling_cost: float | None, to_send: 
             ceiling_cost,
             to_send,
             settled,
-            sum(r["cost_usd"] for r in live),
-            sum(r["requests"] for r in live),
+            sum(r["cost_usd"] for r in others),
+            sum(r["requests"] for r in others),
         )
         if problem:
             _write_ledger(path, data)  # the stale releases stand
             raise ConfigError(problem)
-        journal = path.parent / "spend-journals" / f"{name.replace('/', '_')}-{reservation.id}.jsonl"
-        journal.parent.mkdir(parents=True, exist_ok=True)
-        reservation.journal = journal
-        reservation._handle = open(journal, "a", encoding="utf-8")  # noqa: SIM115 - closed by settle
+        live = others
+        journal = _open_journal(reservation, journals_folder(budget), f"{name.replace('/', '_')}-")
+        started = time.time()
         live.append(
             {
                 "id": reservation.id,
                 "run": run_name,
-                "host": socket.gethostname(),
-                "pid": os.getpid(),
-                "process_start": process_start(os.getpid()),
-                "started": time.time(),
+                **identity(),
+                "started": started,
+                "renewed": started,
                 "cost_usd": cost,
                 "requests": to_send,
                 "journal": str(journal),
+                "batches": {r["batch_key"]: {"batch_id": r.get("batch_id"), "cost_usd": r["cost_usd"]} for r in taken},
             }
         )
         data["reservations"][name] = live
@@ -359,6 +390,19 @@ def reserve(budget: Budget, run_name: str, ceiling_cost: float | None, to_send: 
     reservation._beat = threading.Thread(target=reservation._heartbeat, name="ledger-heartbeat", daemon=True)
     reservation._beat.start()
     return reservation
+
+
+def journals_folder(budget: Budget) -> Path | None:
+    """The folder of the runs' journals, beside the ledger file (None: no ledger file)."""
+    return None if budget.ledger_file is None else budget.ledger_file.parent / "spend-journals"
+
+
+def _open_journal(reservation: Reservation, folder: Path, prefix: str = "") -> Path:
+    journal = folder / f"{prefix}{reservation.id}.jsonl"
+    journal.parent.mkdir(parents=True, exist_ok=True)
+    reservation.journal = journal
+    reservation._handle = open(journal, "a", encoding="utf-8")  # noqa: SIM115 - closed by settle
+    return journal
 
 
 def usd(value: float) -> str:

@@ -10,13 +10,18 @@ price is not below the provider's). When an attempt does not fit, the backend wa
 attempts in flight to settle; with none in flight the meter asks the ledger to extend the
 reservation within the cap, and when it cannot, the run stops sending (``budget: ...``).
 
-Settling prices the attempt (:class:`~src.billing.bill.Bill`): tokens as reported, else
-counted with the model's tokenizer or the estimate and marked estimated; cost as reported,
-else at the price table.
+Settling prices the attempt (:class:`~src.billing.bill.Bill`): tokens as reported, else at
+the bound the attempt was admitted under (its prompt's tokenizer count or UTF-8 bytes plus
+template markers, its answer at ``max_tokens``) and marked estimated; cost as reported, else at
+the price table. A reply's odd figures (:mod:`src.billing.reported`) count as not reported.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
+import logging
 import threading
 from dataclasses import dataclass
 
@@ -25,16 +30,44 @@ from src.billing.bill import Bill, BilledReply
 from src.billing.ledger import Reservation, usd
 from src.billing.prices import Price, TokenCounter, billed_mode, cap_mode
 
+logger = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True)
 class Admission:
-    """One admitted attempt: its request, its ceiling, whether it is the request's first, and
-    the mode it is sent in (its price)."""
+    """One admitted attempt: its request, its ceiling, whether it is the request's first, the
+    mode it is sent in (its price), and whether this process admitted it under a ceiling
+    (``held``; False: an attempt an earlier process sent, see :meth:`Meter.already_sent`)."""
 
     request: ChatRequest
     ceiling: float
     first: bool
     mode: str = "sync"
+    held: bool = True
+
+
+def request_digest(request: ChatRequest) -> str:
+    """A request's identity in a journal (what it asks, not the caller's label)."""
+    fields = {k: v for k, v in dataclasses.asdict(request).items() if k != "request_id"}
+    return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode("utf-8")).hexdigest()[:24]
+
+
+def journal_detail(bill: Bill, admission: Admission) -> dict:
+    """What a journal line says of an attempt beside its cost: enough to count it again later
+    (its request's digest, mode, tokens, whether billed and how the cost was known)."""
+    return {
+        "request": request_digest(admission.request),
+        "mode": admission.mode,
+        "billed": bill.billed_attempts,
+        "prompt_tokens": bill.prompt_tokens,
+        "completion_tokens": bill.completion_tokens,
+        "cost_reported": bill.cost_reported,
+        "cost_price_table": bill.cost_price_table,
+        "cost_estimated": bill.cost_estimated,
+        "estimated_prompt_tokens": bill.estimated_prompt_tokens,
+        "estimated_completion_tokens": bill.estimated_completion_tokens,
+        "odd_replies": bill.odd_replies,
+    }
 
 
 def _is_count(value: object) -> bool:
@@ -71,21 +104,31 @@ class Meter:
             return 0.0
         return price.cost(self.counter.bound(request), request.max_tokens)
 
-    def admit(self, request: ChatRequest, first: bool, mode: str = "sync", force: bool = False) -> Admission | None:
-        """Admit one attempt, or None when it does not fit the allowance now (``force``: an attempt
-        already sent by an earlier process, counted whatever the cap says)."""
+    def admit(self, request: ChatRequest, first: bool, mode: str = "sync") -> Admission | None:
+        """Admit one attempt, or None when it does not fit the allowance now, or when the run's
+        lease was released (then :meth:`exhausted` names that)."""
         ceiling = self.ceiling(request, mode)
+        if self.reservation is not None and self.reservation.check() is not None:
+            return None
         with self._lock:
             cost_cap, request_cap = self.reservation.allowance() if self.reservation else (None, None)
-            if not force:
-                if cost_cap is not None and self.total.cost + self._in_flight_cost + ceiling > cost_cap + 1e-12:
-                    return None
-                if first and request_cap is not None and self.requests + 1 > request_cap:
-                    return None
+            if cost_cap is not None and self.total.cost + self._in_flight_cost + ceiling > cost_cap + 1e-12:
+                return None
+            if first and request_cap is not None and self.requests + 1 > request_cap:
+                return None
             self.in_flight += 1
             self._in_flight_cost += ceiling
             self.requests += first
         return Admission(request, ceiling, first, mode)
+
+    def already_sent(self, request: ChatRequest, first: bool, mode: str = "sync") -> Admission:
+        """Count an attempt an earlier process already sent (a line of a batch it left in flight)
+        whose room under the cap is gone: nothing is sent, but its bill is real and is counted when
+        it settles. Only for lines no hold in the ledger covers (docs/cost.md)."""
+        with self._lock:
+            self.in_flight += 1
+            self.requests += first
+        return Admission(request, 0.0, first, mode, held=False)
 
     def extend_for(self, request: ChatRequest, first: bool, mode: str = "sync") -> bool:
         """Grow the reservation so that one more attempt of ``request`` fits (False: the cap is reached)."""
@@ -97,6 +140,8 @@ class Meter:
 
     def exhausted(self, request: ChatRequest | None = None, mode: str = "sync") -> str:
         """The one line a run stops with when the cap leaves no room for the next attempt."""
+        if self.reservation is not None and self.reservation.lost is not None:
+            return self.reservation.lost
         budget = self.reservation.budget if self.reservation else None
         where = f" (ledger {budget.ledger!r})" if budget and budget.ledger else ""
         caps = []
@@ -116,12 +161,21 @@ class Meter:
     def settle(self, admission: Admission, billed: BilledReply | None) -> Bill:
         """The attempt's bill (``billed`` None: no completion came back, nothing billed)."""
         bill = self.price_attempt(admission.request, billed, admission.mode)
+        # an attempt an earlier process sent has no ceiling here (0): nothing to compare with
+        if admission.held and bill.cost_reported > admission.ceiling + 1e-12 and self.price is not None:
+            logger.warning(
+                "request %r: the provider reported %s for one attempt, above its admitted ceiling %s "
+                "(is the model file's price below the provider's?)",
+                admission.request.request_id,
+                usd(bill.cost_reported),
+                usd(admission.ceiling),
+            )
         with self._lock:
             self.in_flight -= 1
             self._in_flight_cost -= admission.ceiling
             self.total.add(bill)
         if self.reservation is not None:
-            self.reservation.record(bill.cost, int(admission.first), 1)
+            self.reservation.record(bill.cost, int(admission.first), 1, **journal_detail(bill, admission))
         return bill
 
     def release(self, admission: Admission) -> None:
@@ -139,10 +193,20 @@ class Meter:
         bill.billed_attempts = 1
         usage = billed.usage or {}
         prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
+        # Estimates at the bound the attempt was admitted under, never below the truth: the prompt
+        # at its tokenizer count or UTF-8 bytes plus template markers, the answer at max_tokens
+        # (hidden reasoning tokens are billed too and no text shows them).
         if not _is_count(prompt):
-            prompt = bill.estimated_prompt_tokens = self.counter.count(request)[0]
+            prompt = bill.estimated_prompt_tokens = self.counter.bound(request)
         if not _is_count(completion):
-            completion = bill.estimated_completion_tokens = self.counter.count_text(billed.generated_text)[0]
+            completion = bill.estimated_completion_tokens = request.max_tokens
+        if billed.odd:
+            bill.odd_replies = 1
+            logger.warning(
+                "request %r: odd figures in the reply's usage (%s): priced as if it had not said them",
+                request.request_id,
+                "; ".join(billed.odd),
+            )
         bill.prompt_tokens, bill.completion_tokens = int(prompt), int(completion)
         cost = usage.get("cost")
         if isinstance(cost, (int, float)) and not isinstance(cost, bool):

@@ -116,6 +116,7 @@ def mode_table(
             "ceiling_cost_usd": None if capped is None else capped.cost(prompt_tokens, output_tokens),
             "at_mode_rates_usd": None if priced is None else priced.cost(prompt_tokens, output_tokens),
             "list_price_stands_in": bool(priced is not None and priced.fallback),
+            "documented_discount": bool(priced is not None and mode in priced.discounts),
             "wait": expected_wait(mode, to_send, output_tokens, concurrency, min_tokens_per_s),
         }
     return table

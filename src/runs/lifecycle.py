@@ -1,8 +1,9 @@
 """One prompted run from a checked configuration to its verdict: plan, reserve, evaluate, settle.
 
 The run plans what it will send (:func:`src.runs.configure.plan_of`), reserves the plan's
-ceiling in its budget ledger (:mod:`src.billing.ledger`; a plan past a cap is one ``error:
-budget: ...`` line, exit 2, before any request), evaluates through the one evaluation runner
+ceiling in its budget ledger through its paid session (:mod:`src.billing.session`; a plan past a
+cap, or a paid sweep profile without ``sweep.max_cost_usd``, is one ``error: budget: ...`` line,
+exit 2, before any request; a stale price is named first), evaluates through the one evaluation runner
 (:mod:`src.tracking.evaluation`), and settles the ledger to what it really spent whatever happens
 (finished, failed, Ctrl-C, SIGTERM). Ctrl-C or SIGTERM ends the run FAILED with one line
 (``interrupted: N of M answers cached; ...``) and exit code 130 / 143; a store that fails
@@ -18,9 +19,14 @@ import signal
 import time
 from pathlib import Path
 
+from src.backends.batch_state import open_batches
 from src.backends.cache import cache_key
-from src.billing.ledger import reserve, spent, usd
+from src.billing.earlier import EarlierAttempts
+from src.billing.ledger import journals_folder, spent, usd
+from src.billing.prices import price_age_warning
+from src.billing.session import PaidSession
 from src.billing.usage import spend_line
+from src.config.budget import price_max_age_days, uncapped_sweep
 from src.config.errors import ConfigError
 from src.config.schema import RunConfig
 from src.runs.configure import configured_system, plan_of, planned_datasets, run_record
@@ -107,7 +113,9 @@ def run(config: RunConfig) -> int:
     system, plans = configured_system(config, files)
     record = run_record(config, [path for _, _, path in files], system.backend.cache_identity())
     plan = plan_of(config, system, plans)
-    reservation = reserve_plan(config, plan, system)
+    session = reserve_plan(config, plan, system)
+    # what earlier, interrupted processes of this run were billed: its usage counts it (item 8)
+    system.earlier = EarlierAttempts.of_run(journals_folder(config.budget), config.run_name)
     opened_ms = int(time.time() * 1000) - 1000  # a run this process opens starts after this
     try:
         outcome = evaluate_configuration(
@@ -137,19 +145,28 @@ def run(config: RunConfig) -> int:
             raise
         raise StoreFailedMidRun(store_fault_line(config, store_uri, record.run_name, opened_ms, error)) from None
     finally:  # what was sent is spent, whether the run finished, failed or was stopped
-        reservation.settle(system.meter.spend())
-    return conclude(config, record, outcome, system, plan)
+        session.settle()
+    code = conclude(config, record, outcome, system, plan)
+    if outcome.complete:  # its usage counted the earlier processes' attempts: a rerun starts afresh
+        system.earlier.drop(also=session.reservation.carried)
+    return code
 
 
-def reserve_plan(config: RunConfig, plan: dict, system: PromptedSystem):
-    """Reserve the plan's ceiling in the run's ledger (one ``error: budget: ...`` line when it does
-    not fit), hand the reservation to the meter and record it in the plan."""
+def reserve_plan(config: RunConfig, plan: dict, system: PromptedSystem) -> PaidSession:
+    """The run's paid session (:mod:`src.billing.session`): the price's age named first, the plan's
+    ceiling reserved in the run's ledger (one ``error: budget: ...`` line when it does not fit,
+    or when a paid sweep profile sets no cap), the meter attached; the reservation recorded in
+    the plan."""
     budget = config.budget
+    block = dict(config.raw.get("budget") or {})
+    stale_price = price_age_warning(config.model.name, config.model.price, price_max_age_days(block))
+    if stale_price:
+        log.warning("%s", stale_price)
     before = spent(budget)
-    reservation = reserve(budget, config.run_name, plan["ceiling_cost_usd"], int(plan["to_send"]))
-    for note in reservation.notes:
-        log.warning("%s", note)
-    system.meter.reservation = reservation
+    session = PaidSession(config.run_name, system.meter, budget, sweep=uncapped_sweep(block), keep_journal=True)
+    in_flight = open_batches(system.backend)  # a resumed run's own batches: their holds are its reservation
+    reservation = session.reserve(plan["ceiling_cost_usd"], int(plan["to_send"]), in_flight)
+    session.attach(system.backend)
     plan["budget"] = {
         **{k: v for k, v in budget.__dict__.items() if k != "ledger_file"},
         "ledger_file": None if budget.ledger_file is None else str(budget.ledger_file),
@@ -165,7 +182,7 @@ def reserve_plan(config: RunConfig, plan: dict, system: PromptedSystem):
         "unknown (no price)" if plan["ceiling_cost_usd"] is None else usd(plan["ceiling_cost_usd"]),
     )
     quiet_store_tracebacks()
-    return reservation
+    return session
 
 
 def log_config(config: RunConfig, plan: dict, secrets: tuple[str, ...]) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 from src import study
 from src.backends.base import ChatRequest, GenerationResult
 from src.backends.cache import cache_key
+from src.billing.earlier import EarlierAttempts
 from src.billing.meter import Meter
 from src.billing.usage import dataset_usage, local_bill
 from src.config.schema import Generation, RunConfig
@@ -82,6 +83,8 @@ class PromptedSystem:
         self._billed: set[str] = set()  # cache keys of local answers already added to the meter
         self._served_models: set[str] = set()  # the models the provider named, over the run
         self.answer_rates: dict[str, dict[str, float]] = {}  # task/dataset -> empty / refusal / mismatch shares
+        # what earlier, interrupted processes of this run were billed, by request (set by the run)
+        self.earlier: EarlierAttempts | None = None
 
     def exemplars(self, task: str) -> list[Record]:
         if task not in self._exemplars:
@@ -148,8 +151,15 @@ class PromptedSystem:
         self.meter.add_local(bill, int(result.attempts or 1))
 
     def usage(self, results: list[GenerationResult]) -> dict[str, float]:
-        """A dataset's usage (:func:`src.billing.usage.dataset_usage`)."""
-        return dataset_usage(results, self.price, self._counted, lambda request: request_key(self.backend, request))
+        """A dataset's usage (:func:`src.billing.usage.dataset_usage`), the earlier processes'
+        attempts of a resumed run counted at their bill."""
+        return dataset_usage(
+            results,
+            self.price,
+            self._counted,
+            lambda request: request_key(self.backend, request),
+            None if self.earlier is None else self.earlier.take,
+        )
 
     def produce(self, plan: DatasetPlan) -> SystemOutput:
 

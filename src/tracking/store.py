@@ -30,16 +30,17 @@ from urllib.parse import unquote, urlsplit
 from filelock import FileLock
 
 from src.config.locate import PROJECT_ROOT, config_default
-from src.redact import redact_uris
+from src.redact import (
+    REDACTED as REDACTED,  # re-exported: callers and tests name it here
+    SECRET_KEY_PATTERN,
+    redact_uris,
+    scrub,
+)
 
 logger = logging.getLogger(__name__)
 
 
 LOCAL_STORE = PROJECT_ROOT / "mlruns"
-SECRET_KEY_PATTERN = re.compile(
-    r"^(.*[_-])?(api[_-]?key|token|access[_-]token|secret|password|authorization)$", re.IGNORECASE
-)
-REDACTED = "***REDACTED***"
 API_KEY_VARIABLES = ("OPENROUTER_API_KEY", "OPENAI_API_KEY")
 PID_TAG = "tempgen.pid"
 HOST_TAG = "tempgen.host"
@@ -193,23 +194,9 @@ def _process_exists(pid: int) -> bool:
 
 
 def redact(value: Any, secrets: tuple[str, ...] = ()) -> Any:
-    """A copy of a config tree with secret-looking keys and any known secret value replaced."""
-    if isinstance(value, Mapping):
-        out = {}
-        for key, item in value.items():
-            # Keys that *name* a variable (api_key_env) do not match; keys that hold one do.
-            if SECRET_KEY_PATTERN.match(str(key)) and item is not None:
-                out[key] = REDACTED
-            else:
-                out[key] = redact(item, secrets)
-        return out
-    if isinstance(value, (list, tuple)):
-        return [redact(item, secrets) for item in value]
-    if isinstance(value, str):
-        for secret in secrets:
-            if secret:
-                value = value.replace(secret, REDACTED)
-    return value
+    """A copy of a config tree with secret-looking keys, known secret values and URI user-info
+    removed (:func:`src.redact.scrub`, the one scrubber)."""
+    return scrub(value, secrets)
 
 
 def environment_secrets(names: tuple[str, ...] = API_KEY_VARIABLES) -> tuple[str, ...]:

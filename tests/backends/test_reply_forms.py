@@ -141,3 +141,37 @@ def test_answers_read_from_a_tool_call_or_an_event_stream_say_where_they_came_fr
             server.doom("Friday", kind)
             (result,) = backend.generate([ChatRequest(messages=(("user", f'Find "Friday" {kind}'),))])
             assert result.text == '["Friday"]' and result.served["answer_from"] == source and result.attempts == 1
+
+
+def test_text_beside_a_tool_call_is_a_named_fault_never_the_call_dropped():
+    call = {"id": "call_0", "type": "function", "function": {"name": "answer", "arguments": '["May"]'}}
+    with pytest.raises(NeverHeals, match="text and 1 tool call") as fault:
+        parse_completion(_reply({"role": "assistant", "content": '["Friday"]', "tool_calls": [call]}))
+    assert fault.value.kind == "text and tool calls" and fault.value.billed.usage == USAGE
+    legacy = {"role": "assistant", "content": "[]", "function_call": {"name": "a", "arguments": "[1]"}}
+    with pytest.raises(NeverHeals, match="text and 1 tool call"):
+        parse_completion(_reply(legacy))
+    blank = parse_completion(_reply({"role": "assistant", "content": "", "tool_calls": [call]}))
+    assert (blank.text, blank.source) == ('["May"]', "tool_calls")  # blank text: the call is the answer
+
+
+@pytest.mark.parametrize(
+    "usage, counted, odd",
+    [
+        ({"prompt_tokens": "12", "completion_tokens": "5", "cost": "0.002"}, (12, 5, 0.002), 0),
+        ({"prompt_tokens": 12.0, "completion_tokens": 5, "cost": 0}, (12, 5, 0.0), 0),
+        ({"prompt_tokens": True, "completion_tokens": -1, "cost": "NaN"}, (None, None, None), 3),
+        ({"prompt_tokens": 12.5, "completion_tokens": "five", "cost": "1e999"}, (None, None, None), 3),
+        (
+            {"prompt_tokens": 3, "completion_tokens": 1, "completion_tokens_details": {"reasoning_tokens": -2}},
+            (3, 1, None),
+            1,
+        ),  # fmt: skip
+    ],
+)
+def test_a_providers_figures_are_checked_converted_or_named_never_raised(usage, counted, odd):
+    reply = parse_completion(_reply({"role": "assistant", "content": '["May"]'}, usage=usage))
+    checked = reply.billed.usage
+    assert (checked.get("prompt_tokens"), checked.get("completion_tokens"), checked.get("cost")) == counted
+    assert len(reply.billed.odd) == odd and reply.usage == checked
+    assert all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in checked.values() if v is not None)

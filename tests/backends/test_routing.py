@@ -65,7 +65,10 @@ def test_routing_is_sent_kept_in_the_cache_key_and_another_provider_is_a_mismatc
     plain = OpenAIBackend(model_id="m", base_url=server.base_url)
     assert "routing" not in plain.cache_identity() and pinned.cache_identity()["routing"] == PIN
     assert kept.text == '["Friday"]' and provider_mismatch(PIN, kept.served)  # warn: kept, counted
-    assert refused.text is None and "served by provider 'Together', outside the pinned routing" in refused.error
+    assert (
+        refused.text is None
+        and "served off the pinned routing: provider 'Together' outside ['deepinfra']" in refused.error
+    )
     assert not provider_mismatch(PIN, {"provider": "DeepInfra"}) and not provider_mismatch(PIN, {})
 
 

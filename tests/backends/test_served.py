@@ -47,3 +47,18 @@ def test_served_info_keeps_only_what_the_provider_said():
 def test_mismatch_counts_by_served_model():
     records = [{"model": "a/m"}, {"model": "x"}, {"model": "x"}, {}, None, {"model": "m-20240101"}]
     assert mismatch_counts("m", records) == {"x": 2}
+
+
+def test_off_pin_names_another_model_provider_or_quantization_and_nothing_said_is_no_mismatch():
+    from src.backends.served import off_pin_reason
+
+    pin = {"only": ["deepinfra"], "quantizations": ["fp8"], "allow_fallbacks": False}
+    assert off_pin_reason("qwen/q", pin, {"model": "qwen/q", "provider": "DeepInfra", "quantization": "FP8"}) is None
+    assert off_pin_reason("qwen/q", pin, {}) is None and off_pin_reason("qwen/q", None, {"provider": "X"}) is None
+    assert "quantization 'fp4'" in off_pin_reason("qwen/q", pin, {"provider": "DeepInfra", "quantization": "fp4"})
+    assert "provider 'Together'" in off_pin_reason("qwen/q", pin, {"provider": "Together"})
+    assert "served model 'other/m'" in off_pin_reason("qwen/q", pin, {"model": "other/m", "provider": "DeepInfra"})
+    assert served_info({"provider": "DeepInfra", "quantization": "fp8", "cost": 1}) == {
+        "provider": "DeepInfra",
+        "quantization": "fp8",
+    }

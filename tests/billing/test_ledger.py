@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from src.billing.ledger import Budget, read_ledger, reserve, spent, stale_reason
+from src.billing.lease import stale_reason
+from src.billing.ledger import Budget, read_ledger, reserve, spent
 from src.config.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -27,8 +27,9 @@ def test_reported_usage_and_cost_are_kept_and_missing_figures_are_counted_and_la
     table = meter.price_attempt(REQUEST, BilledReply({"prompt_tokens": 90, "completion_tokens": 10}))
     assert table.cost_price_table == pytest.approx((90 * 1 + 10 * 2) / 1e6) and table.estimated_prompt_tokens == 0
     estimated = meter.price_attempt(REQUEST, BilledReply({}, generated_text="y" * 40))
-    assert (estimated.estimated_prompt_tokens, estimated.estimated_completion_tokens) == (100, 10)
-    assert estimated.cost_estimated == pytest.approx((100 + 20) / 1e6) and estimated.cost_price_table == 0.0
+    # at the bound it was admitted under, never below the truth: 408 (bytes + template), max_tokens 100
+    assert (estimated.estimated_prompt_tokens, estimated.estimated_completion_tokens) == (408, 100)
+    assert estimated.cost_estimated == pytest.approx((408 + 200) / 1e6) and estimated.cost_price_table == 0.0
     batch = meter.price_attempt(REQUEST, BilledReply({"prompt_tokens": 90, "completion_tokens": 10}), "batch")
     assert batch.cost_price_table == pytest.approx(table.cost_price_table / 2)
     unbilled = meter.price_attempt(REQUEST, None)
@@ -74,3 +75,17 @@ def test_a_flex_attempt_is_held_at_the_list_price_and_billed_at_the_tier_that_se
     assert flex.cost_price_table == pytest.approx((90 * 0.5 + 10 * 1.0) / 1e6)
     assert standard.cost_price_table == pytest.approx(2 * flex.cost_price_table)
     assert unnamed.cost_price_table == flex.cost_price_table
+
+
+def test_a_reported_cost_above_the_ceiling_is_named_only_for_attempts_admitted_here(caplog):
+    """An attempt an earlier process sent (:meth:`Meter.already_sent`) has no ceiling here (0):
+    its reported cost is its bill, not a price below the provider's."""
+    meter = Meter(PRICE, TokenCounter())
+    reply = BilledReply({"prompt_tokens": 90, "completion_tokens": 10, "cost": 5e-5})
+    with caplog.at_level("WARNING", logger="src.billing.meter"):
+        bill = meter.settle(meter.already_sent(REQUEST, True, "batch"), reply)
+    assert bill.cost_reported == 5e-5 and meter.total.cost == 5e-5
+    assert "above its admitted ceiling" not in caplog.text
+    with caplog.at_level("WARNING", logger="src.billing.meter"):
+        meter.settle(meter.admit(REQUEST, True), BilledReply({"prompt_tokens": 90, "completion_tokens": 10, "cost": 1}))
+    assert caplog.text.count("above its admitted ceiling") == 1

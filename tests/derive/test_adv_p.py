@@ -12,8 +12,10 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+import yaml
 
 from src.backends.base import ChatRequest, GenerationResult
+from src.billing.ledger import read_ledger
 from src.data.schema import Record, Span, check_spans, read_records, write_records
 from src.derive import adv_p
 from src.derive.adv_p import RewriteSettings, rewrite_records
@@ -388,22 +390,40 @@ def _synonym_or_typo(body: dict) -> str:
     return json.dumps({"rewritten": sentence.replace("reported", new)})
 
 
+def _paper_like(tmp_path: Path, cap: float | None) -> Path:
+    """The paper profile (GPT-4.1 rewriter) under another ledger name, with the cap ``cap``."""
+    sweep = yaml.safe_load((ROOT / "conf/profiles/paper.yaml").read_text())["sweep"]
+    sweep.update(profile="paper-test", max_cost_usd=cap)
+    path = tmp_path / f"paper-{cap}.yaml"
+    path.write_text(yaml.safe_dump({"sweep": sweep}))
+    return path
+
+
+def _rewrite_argv(tmp_path: Path, server: OpenAIServer, profile: Path, *extra: str) -> list[str]:
+    out = tmp_path / "timex" / "adv_p.jsonl"
+    argv = ["--input", str(tmp_path / "base.jsonl"), "--output", str(out), "--cache-dir", str(tmp_path / "cache")]
+    argv += ["--sweep", str(profile), "--option", f"base_url={server.base_url}"]
+    argv += ["--stats", str(tmp_path / "stats.json"), "--examples", str(tmp_path / "adv_p.md")]
+    argv += ["--ledger-file", str(tmp_path / "spend.json"), "--usage", str(tmp_path / "usage.json"), *extra]
+    return argv
+
+
+REPORTED = [
+    make_record("a", "The company reported higher sales on Monday.", "Monday"),
+    make_record("b", "Officials reported the deal on Friday after talks.", "Friday"),
+]
+
+
 def test_the_paper_profiles_api_generator_sends_the_rewrites_to_the_server(tmp_path, monkeypatch):
     """``sweep.adv_p_generator: gpt41`` (the paper profile): every rewrite request goes to the
     OpenAI-compatible server as ``openai/gpt-4.1`` under the answer schema, the accepted
     rewrites name that generator, and a rerun is answered by the response cache with the same bytes."""
     monkeypatch.delenv("OPENROUTER_API_KEY", raising=False)  # a loopback server gets a placeholder
-    records = [
-        make_record("a", "The company reported higher sales on Monday.", "Monday"),
-        make_record("b", "Officials reported the deal on Friday after talks.", "Friday"),
-    ]
-    base = tmp_path / "base.jsonl"
-    write_records(base, records)
-    out, stats_path, examples = tmp_path / "adv_p.jsonl", tmp_path / "stats.json", tmp_path / "adv_p.md"
+    records = REPORTED
+    write_records(tmp_path / "base.jsonl", records)
+    out, stats_path, examples = tmp_path / "timex/adv_p.jsonl", tmp_path / "stats.json", tmp_path / "adv_p.md"
     with OpenAIServer(answer=_synonym_or_typo) as server:
-        argv = ["--input", str(base), "--output", str(out), "--cache-dir", str(tmp_path / "cache")]
-        argv += ["--sweep", str(ROOT / "conf/profiles/paper.yaml"), "--option", f"base_url={server.base_url}"]
-        argv += ["--stats", str(stats_path), "--examples", str(examples)]
+        argv = _rewrite_argv(tmp_path, server, _paper_like(tmp_path, 5.0))
         adv_p.main(argv, similarity=scripted_similarity())
         assert server.request_count == 2  # one attempt each: both accepted
         assert {body["model"] for body in server.bodies} == {"openai/gpt-4.1"}
@@ -428,6 +448,70 @@ def test_the_paper_profiles_api_generator_sends_the_rewrites_to_the_server(tmp_p
         adv_p.main(argv, similarity=scripted_similarity())
         assert server.request_count == 2  # the rerun sent nothing
     assert (out.read_bytes(), stats_path.read_bytes(), examples.read_bytes()) == first
+
+
+def test_the_rewriters_spend_is_the_servers_bill_with_its_retries(tmp_path, monkeypatch):
+    """Regression: the rewriter's meter had no price and no reservation, and its usage summed
+    cached answers and dropped billed retries. Now the sweep's ledger and the usage file hold what
+    the server billed (its own token rule: words; its own price), billed retries included, and a
+    rerun from the cache adds nothing to the spend."""
+    monkeypatch.delenv("OPENROUTER_API_KEY", raising=False)
+    records = [*REPORTED, make_record("c", "Prices reported in May stayed flat.", "May")]
+    write_records(tmp_path / "base.jsonl", records)
+    # OpenAI's replies carry no cost: priced from the model file, at the server's reported tokens
+    server = OpenAIServer(
+        answer=_synonym_or_typo,
+        report_cost=False,
+        fault_rate=0.6,
+        kinds=("null_content", "empty_stop", "500"),
+        seed=3,
+        price_in_per_token=2.0e-6,  # what the provider bills: conf/model/gpt41.yaml's list price
+        price_out_per_token=8.0e-6,
+    )
+    options = ("--option", "backoff_base_s=0.01", "--option", "backoff_max_s=0.02", "--option", "max_retries=12")
+    with server:
+        argv = _rewrite_argv(tmp_path, server, _paper_like(tmp_path, 5.0), *options)
+        adv_p.main(argv, similarity=scripted_similarity())
+        usage = json.loads((tmp_path / "usage.json").read_text())["usage"]
+        assert server.billed["responses"] > len(records), "some billed replies were faults, retried"
+        assert usage["attempts"] == server.request_count
+        assert usage["billed_attempts"] == server.billed["responses"]
+        assert usage["prompt_tokens"] == server.billed["prompt_tokens"]
+        assert usage["completion_tokens"] == server.billed["completion_tokens"]
+        assert usage["cost"] == pytest.approx(server.billed_cost)
+        assert (usage["sent"], usage["cached"]) == (len(records), 0)
+        entries = read_ledger(tmp_path / "spend.json")["ledgers"]["paper-test"]
+        assert len(entries) == 1 and entries[0]["cost_usd"] == pytest.approx(server.billed_cost)
+        assert entries[0]["run"] == "adv_p timex (gpt41)"
+        assert not read_ledger(tmp_path / "spend.json")["reservations"]["paper-test"]
+
+        sent = server.request_count
+        adv_p.main(argv, similarity=scripted_similarity())  # from the cache: nothing new spent
+        assert server.request_count == sent
+        usage = json.loads((tmp_path / "usage.json").read_text())["usage"]
+        assert (usage["sent"], usage["cached"], usage["attempts"], usage["cost"]) == (0, len(records), 0, 0.0)
+        entries = read_ledger(tmp_path / "spend.json")["ledgers"]["paper-test"]
+        assert [e["cost_usd"] for e in entries][1] == 0.0
+        assert sum(e["cost_usd"] for e in entries) == pytest.approx(server.billed_cost)
+
+
+def test_a_cap_or_its_absence_stops_the_rewriter_before_a_request(tmp_path, monkeypatch, capsys):
+    """The sweep's cap covers the rewriting: a ceiling past it, or a paid profile without a cap,
+    is one ``error: budget:`` line, exit 2, nothing sent or written."""
+    monkeypatch.delenv("OPENROUTER_API_KEY", raising=False)
+    write_records(tmp_path / "base.jsonl", REPORTED)
+    with OpenAIServer(answer=_synonym_or_typo) as server:
+        for cap, expected in ((1e-7, "would cost"), (None, "sets no cap")):
+            with pytest.raises(SystemExit) as stopped:
+                adv_p.main(
+                    _rewrite_argv(tmp_path, server, _paper_like(tmp_path, cap)), similarity=scripted_similarity()
+                )
+            assert stopped.value.code == 2
+            errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+            assert len(errors) == 1 and errors[0].startswith("error: budget: ") and expected in errors[0]
+            assert "max_cost_usd" in errors[0]
+        assert server.request_count == 0
+    assert not (tmp_path / "timex" / "adv_p.jsonl").exists() and not (tmp_path / "usage.json").exists()
 
 
 def test_cli_options():

@@ -132,6 +132,8 @@ class BatchServer(OpenAIServer):
         self._line_faults: list[Fault] = []
         self._next_end: tuple[str, int] | None = None  # ("expired" | "cancelled", lines answered)
         self._fail_validation = False
+        self._accept_then_502 = 0  # creates accepted (the batch runs and bills) but answered 502
+        self._odd_output: list[str] = []  # "duplicate" / "unnamed": extra lines in the next output
         self._ids = 0
         self._batch_lock = threading.RLock()
         self._server.RequestHandlerClass = _batch_handler_for(self)
@@ -167,6 +169,18 @@ class BatchServer(OpenAIServer):
         with self._batch_lock:
             self._fail_validation = True
 
+    def accept_then_fail(self, times: int = 1) -> None:
+        """The next ``times`` creates are accepted (the batch exists, runs and bills) but answered 502."""
+        with self._batch_lock:
+            self._accept_then_502 = times
+
+    def odd_output(self, *kinds: str) -> None:
+        """The next batch's output also holds, per kind: ``duplicate`` (its first line again, with
+        another answer: a second answer the server does not bill) or ``unnamed`` (a line without a
+        ``custom_id``)."""
+        with self._batch_lock:
+            self._odd_output = list(kinds)
+
     # ----- the API -------------------------------------------------------------------------------
 
     def _new_id(self, prefix: str) -> str:
@@ -193,6 +207,14 @@ class BatchServer(OpenAIServer):
         return self.file_objects[file_id]
 
     def create(self, request: dict) -> tuple[int, dict]:
+        status, batch = self._create_any(request)
+        with self._batch_lock:
+            if status in (200, 202) and self._accept_then_502:
+                self._accept_then_502 -= 1
+                return 502, {"error": {"message": "bad gateway (the batch was created)", "type": "server_error"}}
+        return status, batch
+
+    def _create_any(self, request: dict) -> tuple[int, dict]:
         if "requests" in request:
             return self._create_inline(request)
         file_id = request.get("input_file_id")
@@ -308,6 +330,14 @@ class BatchServer(OpenAIServer):
                 continue
             item, failed = self._answer_line(line)
             (errors if failed else output).append(item)
+        for kind in self._odd_output if output else ():
+            if kind == "duplicate":
+                other = json.loads(json.dumps(output[0]))
+                other["response"]["body"]["choices"][0]["message"]["content"] = '["disagreeing"]'
+                output.append(other)
+            else:
+                output.append({**output[0], "custom_id": None})
+        self._odd_output = []
         batch.counts.update(completed=len(output), failed=len(errors))
         if output:
             batch.output_file_id = self._store(output)

@@ -185,6 +185,10 @@ class OpenAIServer:
         price_in_per_token, price_out_per_token: the prices of ``usage.cost`` and ``billed_cost``.
         tier_of: the ``service_tier`` an answer to a body reports (None: no field), as OpenAI
             reports the tier that served a flex request; a ``flex`` answer is billed at half price.
+        show_usage: what the body shows as ``usage``, given the request body and the usage the
+            server bills (an adversarial provider: a NaN, negative, string or boolean cost, a BYOK
+            upstream cost); the bill itself stays the server's own. None: the billed usage.
+        fields_of: top-level fields added to the answer to one body (a provider that changes mid-run).
     """
 
     def __init__(
@@ -207,6 +211,8 @@ class OpenAIServer:
         price_in_per_token: float = 1e-6,
         price_out_per_token: float = 1e-6,
         tier_of: Callable[[dict], str | None] | None = None,
+        show_usage: Callable[[dict, dict], dict] | None = None,
+        fields_of: Callable[[dict], dict] | None = None,
     ) -> None:
         if when_busy not in ("queue", "429"):
             raise ValueError(f"when_busy must be queue or 429, got {when_busy!r}")
@@ -230,6 +236,8 @@ class OpenAIServer:
         self.price_in_per_token = price_in_per_token
         self.price_out_per_token = price_out_per_token
         self.tier_of = tier_of or (lambda body: None)
+        self.show_usage = show_usage
+        self.fields_of = fields_of or (lambda body: {})
         self.billed: Counter[str] = Counter()  # responses, prompt_tokens, completion_tokens
         self.billed_cost = 0.0
         self.billed_by_prompt: Counter[str] = Counter()  # prompt -> billed replies
@@ -387,6 +395,8 @@ class OpenAIServer:
         usage = self.usage_of(body, text)
         if not self.report_cost:
             usage.pop("cost")
+        if self.show_usage is not None:
+            usage = self.show_usage(body, usage)
         if "prompt" in body and "messages" not in body:
             choice = {"index": 0, "text": text, "finish_reason": "stop"}
         else:
@@ -397,6 +407,7 @@ class OpenAIServer:
             "created": int(time.time()),
             "model": self.served_model or body.get("model", ""),
             **self.extra_fields,
+            **self.fields_of(body),
             **({"service_tier": tier} if (tier := self.tier_of(body)) is not None else {}),
             "choices": [choice],
             "usage": usage,

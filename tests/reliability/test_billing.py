@@ -132,9 +132,9 @@ def test_the_spend_counted_is_what_the_server_billed_to_the_token(workspace: Pat
     assert usage["completion_tokens"] - usage["estimated_completion_tokens"] == (
         billed["completion_tokens"] - unshown["completion_tokens"]
     )
-    assert usage["estimated_completion_tokens"] == unshown["completion_tokens"] > 0
-    # a chat prompt is estimated over its joined messages, the server counts each: at most 1 token apart per reply
-    assert 0 <= unshown["prompt_tokens"] - usage["estimated_prompt_tokens"] <= unshown["responses"]
+    # where a body showed none, the estimate is the bound its attempt was admitted under: never below the bill
+    assert usage["estimated_completion_tokens"] >= unshown["completion_tokens"] > 0
+    assert usage["estimated_prompt_tokens"] >= unshown["prompt_tokens"] > 0
     assert usage["cost_reported"] == pytest.approx(cost_shown, rel=1e-9)
     assert usage["cost_price_table"] > 0 and usage["cost_estimated"] > 0  # no_cost and no_usage replies
     assert usage["cost"] == pytest.approx(usage["cost_reported"] + usage["cost_price_table"] + usage["cost_estimated"])

@@ -137,3 +137,101 @@ def test_a_signal_stops_the_run_in_one_line_and_the_same_command_resumes(
         assert second["requests"] == len(WORDS) - len(cached)
     assert _final_metrics(workspace) == pytest.approx(reference)
     assert _statuses(workspace) == ["FAILED", "FINISHED"]
+
+
+class BillingInterruptServer(FakeOpenAIServer):
+    """Bills by its own rule (whitespace words at its own price, cost reported), draws billed blank
+    answers the client retries, and sends SIGINT when its ``signal_at``-th request arrives; that
+    request stays in flight until the client process is gone and is then dropped unanswered (never
+    billed), so every bill the server keeps is one the client saw land."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            answer=self._answer_or_signal,
+            fault_rate=0.3,
+            kinds=("empty_stop",),
+            seed=3,
+            price_in_per_token=3e-6,
+            price_out_per_token=7e-6,
+        )
+        self.signal_at: int | None = None
+        self.victim: subprocess.Popen | None = None
+        self.received = 0
+        self._count_lock = threading.Lock()
+
+    def _answer_or_signal(self, body: dict) -> str:
+        with self._count_lock:
+            self.received += 1
+            stop = self.signal_at is not None and self.received == self.signal_at and self.victim is not None
+        if stop:
+            os.kill(self.victim.pid, signal.SIGINT)
+            for _ in range(2400):  # the run ends (FAILED, settled) before this request is dropped
+                if self.victim.poll() is not None:
+                    break
+                threading.Event().wait(0.05)
+            raise ConnectionResetError("dropped: the client is gone")
+        return _answer(body)
+
+
+def _billed_run(workspace: Path, server: BillingInterruptServer, signal_at: int | None) -> subprocess.CompletedProcess:
+    server.signal_at, server.received = signal_at, 0
+    command = [
+        "model.options.max_retries=4" if part == "model.options.max_retries=0" else part
+        for part in _command(workspace, server)
+    ]
+    command = ["model.options.max_concurrency=1" if "max_concurrency" in part else part for part in command]
+    ledger = [f"budget.ledger_file={workspace / 'spend.json'}", "budget.ledger=interrupts"]
+    process = subprocess.Popen(
+        [*command, *ledger],
+        cwd=REPO_ROOT,
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    server.victim = process
+    stdout, stderr = process.communicate(timeout=300)
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+
+def _final_usage(workspace: Path) -> dict[str, float]:
+    client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{workspace / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("tempgen")
+    final = client.search_runs([experiment.experiment_id], order_by=["attributes.start_time DESC"])[0]
+    return {k.removeprefix("usage."): v for k, v in final.data.metrics.items() if k.startswith("usage.")}
+
+
+def test_a_resumed_runs_usage_counts_what_the_interrupted_process_was_billed(tmp_path: Path):
+    """After Ctrl-C the same command's run reports the whole run's spend: the answers the first
+    process bought (billed retries included) at what the server billed, not as cached answers
+    at the list price; a rerun of the finished run then reports them as cached."""
+    workspace = _workspace(tmp_path)
+    with BillingInterruptServer() as server:
+        done = _billed_run(workspace, server, 6)
+        assert done.returncode == 130, done.stderr[-3000:]
+        first_bill, first_responses = server.billed_cost, server.billed["responses"]
+        cached = _cached_prompts(workspace / "cache")
+        assert 0 < len(cached) < len(WORDS)
+        assert list((workspace / "spend-journals" / "carried").rglob("*.jsonl"))  # kept for the resume
+        done = _billed_run(workspace, server, None)
+        assert done.returncode == 0, done.stderr[-3000:]
+        bill, responses = server.billed_cost, server.billed["responses"]
+        usage = _final_usage(workspace)
+        # the finished run again (the cache keys name the server): every answer from the cache
+        again_done = _billed_run(workspace, server, None)
+        assert again_done.returncode == 0, again_done.stderr[-3000:]
+        assert server.billed["responses"] == responses
+    assert first_bill > 0 and responses > len(WORDS)  # some billed blank answers were retried
+    assert usage["cost"] == pytest.approx(bill, rel=1e-9)
+    assert usage["cost_reported"] == pytest.approx(bill, rel=1e-9)
+    assert usage["billed_attempts"] == responses
+    assert (usage["sent"], usage["cached"]) == (len(WORDS), 0)
+    assert usage["retried"] == usage["attempts"] - len(WORDS) >= responses - len(WORDS)
+    # the ledger holds each process's own spend once: together, the server's bill
+    entries = read_ledger(workspace / "spend.json")["ledgers"]["interrupts"]
+    assert [entry["cost_usd"] for entry in entries[:2]] == pytest.approx([first_bill, bill - first_bill], rel=1e-9)
+    assert first_responses < responses
+    assert not list((workspace / "spend-journals" / "carried").rglob("*.jsonl"))  # counted: dropped
+    again = _final_usage(workspace)
+    assert (again["cost"], again["sent"], again["cached"]) == (0.0, 0, len(WORDS))

@@ -152,7 +152,7 @@ def test_a_run_through_30_percent_faults_heals_to_the_fault_free_metrics_within_
 
 def test_with_warn_a_fallback_model_is_recorded_counted_and_warned_once(workspace: Path):
     with OpenAIServer(answer=_answer, fault_rate=0.3, seed=29, kinds=("mismatch_other",)) as faulty:
-        done = _run(_overrides(workspace, faulty, "warn"))
+        done = _run(_overrides(workspace, faulty, "warn", "model.options.on_model_mismatch=warn"))  # pinned: fail
         served = faulty.served_faults["mismatch_other"]
     assert done.returncode == 0, done.stderr[-3000:]
     assert served > 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -244,3 +245,61 @@ def test_a_credential_in_the_tracking_uri_moves_to_mlflows_basic_auth_variables(
     assert os.environ["MLFLOW_TRACKING_USERNAME"] == "alice"  # a variable already set is kept
     database = "postgresql://user:pw@db.example.org/mlflow"
     assert tracking.tracking_uri(database) == database  # SQLAlchemy needs it; MLflow prints no link for it
+
+
+# -- issue 41: a credential in any URI of the configuration (a proxy taking basic auth)
+
+PROXY_PASSWORD = "s3cret-PROXY-77"
+
+
+def test_scrub_drops_keys_known_values_and_uri_user_info_in_one_pass():
+    from src.redact import REDACTED, scrub
+
+    tree = {
+        "model": {"options": {"base_url": f"https://alice:{PROXY_PASSWORD}@proxy.example/v1", "api_key": "k-1"}},
+        "overrides": [f"model.options.base_url=https://alice:{PROXY_PASSWORD}@proxy.example/v1", "seed=1"],
+        "note": "header PLANTED123 here",
+    }
+    clean = scrub(tree, ("PLANTED123",))
+    assert clean["model"]["options"] == {"base_url": "https://proxy.example/v1", "api_key": REDACTED}
+    assert clean["overrides"] == ["model.options.base_url=https://proxy.example/v1", "seed=1"]
+    assert clean["note"] == f"header {REDACTED} here"
+    assert tracking.redact(tree, ("PLANTED123",)) == clean  # the tracking layer's redact is this scrubber
+
+
+@pytest.mark.timeout(300)
+def test_a_password_in_the_base_url_reaches_no_artifact_output_or_log(tmp_path):
+    """``model.options.base_url=http://alice:PASSWORD@host/v1``: the run's MLflow artifacts (the
+    resolved config included), params, Hydra's files, the cache, the summary and the log hold no
+    trace of the password."""
+    import mlflow
+
+    from src.data.schema import Record, Span, write_records
+    from src.tracking.history import read_history
+
+    records = [Record("d1#s0", "d1", "It rained today .", [Span(10, 15, "today", "TIMEX")], "t")]
+    for split in ("base", "train"):
+        write_records(tmp_path / "prepared" / "timex" / f"{split}.jsonl", records)
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "MLFLOW_TRACKING_URI": store, "HF_HUB_OFFLINE": "1"}
+    with FaultServer(answer=quoted_words_answer) as server:
+        base_url = server.base_url.replace("http://", f"http://alice:{PROXY_PASSWORD}@")
+        done = subprocess.run(
+            [sys.executable, "-m", "src.run", "model=qwen3_moe", "strategy=D", f"model.options.base_url={base_url}",
+             "tasks=[timex]", "datasets=[base]", "limit=1", f"hydra.run.dir={tmp_path / 'run'}",
+             f"paths.cache={tmp_path / 'cache'}", f"paths.prepared={tmp_path / 'prepared'}",
+             f"summary={tmp_path / 'outputs' / 'summary.json'}"],
+            cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=280, check=False,
+        )  # fmt: skip
+        sent = server.request_count
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert sent == 1  # the run did talk to the proxy with the credential
+    run_id = read_history(tmp_path / "outputs" / "summary.json")["run_id"]
+    client = mlflow.MlflowClient(tracking_uri=store)
+    artifacts = Path(client.download_artifacts(run_id, "", str(tmp_path / "downloaded")))
+    resolved = (artifacts / "config" / "resolved.json").read_text()
+    assert "http://127.0.0.1:" in resolved  # the URL is there, without its user-info
+    run = client.get_run(run_id)
+    written = json.dumps({"params": run.data.params, "tags": run.data.tags})
+    assert files_containing(tmp_path, (PROXY_PASSWORD,)) == []
+    assert PROXY_PASSWORD not in written and PROXY_PASSWORD not in done.stdout + done.stderr

@@ -73,6 +73,9 @@ def test_a_cut_down_paper_profile_runs_against_a_self_hosted_server(smoke_projec
         max_tokens=32,
         max_tokens_document=48,
         resamples=200,
+        # priced API models: a paid profile without a cap refuses to start (docs/cost.md); this
+        # one is far above the plan's ceiling (checked below), so the cap only guards
+        max_cost_usd=50.0,
     )
     try:
         with llama_server(tmp_path / "server.log") as server:
@@ -82,6 +85,7 @@ def test_a_cut_down_paper_profile_runs_against_a_self_hosted_server(smoke_projec
             assert planned.returncode == 0, planned.stderr[-3000:]
             total = json.loads((tmp_path / "plan.json").read_text())["total"]
             assert total["to_send"] > 0
+            assert 0 < total["ceiling_cost_usd"] < cut["max_cost_usd"]
 
             done = _in(project, env, "dvc", "repro")
             assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]

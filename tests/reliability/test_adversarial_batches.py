@@ -1,0 +1,210 @@
+"""Batches against a provider that does not behave: a batch in flight at Ctrl-C and at SIGKILL,
+a create the provider accepted and answered 502, duplicated and unnamed result lines, two
+processes sharing one batch. Each scenario: the ledger total equals the server's bill (the
+server prices the lines it completed by its own token count and reports the cost), never above
+the cap, no traceback, every odd event named in the log.
+
+``python -m src.run model=gpt41 strategy=D`` on nine sentences (tests/helpers/resumable_run.py),
+the Batch API served by tests/helpers/batch_server.py on 127.0.0.1, in this process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from src.billing.ledger import Budget, read_ledger, reserve, spent
+from src.data.schema import write_records
+from tests.helpers.batch_server import BatchServer
+from tests.helpers.paths import REPO_ROOT
+from tests.helpers.resumable_run import WORDS, answer, records
+
+pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
+N = len(WORDS)
+CAP = 0.05  # USD: holds one run's plan ceiling ($0.031 at the batch price), not two
+
+
+@pytest.fixture()
+def workspace(tmp_path: Path) -> Path:
+    write_records(tmp_path / "prepared" / "timex" / "base.jsonl", records())
+    return tmp_path
+
+
+def command(workspace: Path, base_url: str, name: str, *extra: str, cap: float = CAP) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "src.run",
+        "model=gpt41",
+        "strategy=D",
+        "dimension=base",
+        "tasks=[timex]",
+        f"model.options.base_url={base_url}",
+        "model.options.mode=batch",
+        "model.options.batch_poll_s=0.05",
+        "model.options.backoff_base_s=0.01",
+        "model.options.backoff_max_s=0.02",
+        f"paths.prepared={workspace / 'prepared'}",
+        f"paths.cache={workspace / 'cache'}",
+        f"mlflow.tracking_uri=sqlite:///{workspace / 'mlflow.db'}",
+        f"summary={workspace / name / 'summary.json'}",
+        f"hydra.run.dir={workspace / name / 'outputs'}",
+        "scoring.bootstrap_resamples=20",
+        f"budget.max_cost_usd={cap}",
+        "budget.ledger=adversarial",
+        f"budget.ledger_file={workspace / 'spend.json'}",
+        *extra,
+    ]
+
+
+def env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "OPENROUTER_API_KEY")}
+
+
+def start(workspace: Path, base_url: str, name: str, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        command(workspace, base_url, name, *extra),
+        cwd=REPO_ROOT,
+        env=env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def finish(process: subprocess.Popen) -> tuple[int, str]:
+    output, _ = process.communicate(timeout=240)
+    assert "Traceback" not in output, output[-4000:]
+    return process.returncode, output
+
+
+def server() -> BatchServer:
+    # the server's own rule: its token count, 2 and 8 USD per million, half price in a batch, cost reported
+    return BatchServer(
+        answer=answer,
+        polls_to_complete=2,
+        price_in_per_token=2e-6,
+        price_out_per_token=8e-6,
+        batch_report_cost=True,
+    )
+
+
+def ledger(workspace: Path) -> dict:
+    return read_ledger(workspace / "spend.json")
+
+
+def total(workspace: Path) -> float:
+    return sum(e["cost_usd"] for e in ledger(workspace)["ledgers"].get("adversarial", []))
+
+
+def wait_for_polls(batches: BatchServer, process: subprocess.Popen) -> None:
+    deadline = time.monotonic() + 120
+    while not (batches.created and sum(batches.polls.values()) >= 2):
+        assert time.monotonic() < deadline and process.poll() is None, "the run never polled its batch"
+        time.sleep(0.05)
+
+
+def holds(workspace: Path) -> list[dict]:
+    return [r for r in ledger(workspace)["reservations"].get("adversarial", []) if r.get("kind") == "batch"]
+
+
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGKILL])
+def test_a_batch_in_flight_at_an_interruption_stays_reserved_and_the_resume_settles_it(workspace: Path, stop):
+    with server() as batches:
+        batches.hold()
+        first = start(workspace, batches.base_url, "first")
+        wait_for_polls(batches, first)
+        first.send_signal(stop)
+        code, output = finish(first)
+        if stop == signal.SIGINT:
+            assert code == 130
+            assert "left running at the provider (9 requests, not cancelled); its ceiling stays reserved" in output
+        else:
+            budget = Budget(CAP, None, "adversarial", workspace / "spend.json", 600)
+            probe = reserve(budget, "probe", 0.0, 0)  # the dead run's lease is released; its batch is not
+            assert any("1 batches in flight stay reserved at their ceiling" in note for note in probe.notes)
+            probe.settle({"cost_usd": 0.0, "requests": 0})
+        (held,) = holds(workspace)
+        assert held["batch_id"] == batches.created[0] and held["cost_usd"] > 0
+        assert spent(Budget(CAP, None, "adversarial", workspace / "spend.json", 600))["reserved_cost_usd"] == (
+            pytest.approx(held["cost_usd"])
+        )
+        batches.release()
+        code, output = finish(start(workspace, batches.base_url, "resumed"))
+        created, lines, billed = list(batches.created), dict(batches.batch_lines), batches.billed_cost
+    assert code == 0, output[-4000:]
+    assert "resuming" in output and len(created) == 1 and set(lines.values()) == {1}
+    assert holds(workspace) == [] and ledger(workspace)["reservations"]["adversarial"] == []
+    assert billed > 0 and total(workspace) == pytest.approx(billed, rel=1e-9) and total(workspace) <= CAP
+    runs = [e["run"] for e in ledger(workspace)["ledgers"]["adversarial"] if e["run"] != "probe"]
+    assert len(runs) == 2  # one entry per run
+
+
+@pytest.mark.parametrize("dialect", ["openai", "openrouter"])
+def test_a_create_accepted_and_answered_502_makes_one_batch(workspace: Path, dialect: str):
+    with server() as batches:
+        batches.accept_then_fail(1)
+        code, output = finish(start(workspace, batches.base_url, "run", f"model.options.batch_api={dialect}"))
+        created, lines, billed = list(batches.created), dict(batches.batch_lines), batches.billed_cost
+    assert code == 0, output[-4000:]
+    assert len(created) == 1 and set(lines.values()) == {1} and len(lines) == N  # found, not created again
+    assert total(workspace) == pytest.approx(billed, rel=1e-9) and total(workspace) <= CAP
+
+
+def test_a_repeated_custom_id_keeps_its_first_answer_and_an_unnamed_line_is_named(workspace: Path):
+    with server() as batches:
+        batches.odd_output("duplicate", "unnamed")
+        code, output = finish(start(workspace, batches.base_url, "run"))
+        billed = batches.billed_cost
+    assert code == 0, output[-4000:]
+    assert "batch: 1 custom_ids answered more than once (the first answer kept)" in output
+    assert "batch: 1 result lines without a custom_id" in output
+    texts = [json.loads(p.read_text())["text"] for p in (workspace / "cache").glob("??/*.json")]
+    assert len(texts) == N and '["disagreeing"]' not in texts
+    assert total(workspace) == pytest.approx(billed, rel=1e-9)
+
+
+def test_two_processes_sharing_a_batch_settle_it_once(workspace: Path):
+    with server() as batches:
+        batches.hold()
+        first = subprocess.Popen(
+            command(workspace, batches.base_url, "first", cap=2 * CAP),
+            cwd=REPO_ROOT,
+            env=env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        wait_for_polls(batches, first)
+        log = workspace / "second.log"
+        with open(log, "w") as sink:
+            second = subprocess.Popen(
+                command(workspace, batches.base_url, "second", cap=2 * CAP),
+                cwd=REPO_ROOT,
+                env=env(),
+                stdout=sink,
+                stderr=sink,
+            )
+            deadline = time.monotonic() + 120
+            while "this run waits" not in log.read_text():  # it adopted the batch the first is collecting
+                assert time.monotonic() < deadline and second.poll() is None, log.read_text()[-3000:]
+                time.sleep(0.1)
+            batches.release()
+            code1, out1 = finish(first)
+            code2 = second.wait(timeout=240)
+        out2 = log.read_text()
+        created, lines, billed = list(batches.created), dict(batches.batch_lines), batches.billed_cost
+    assert code1 == 0 and code2 == 0 and "Traceback" not in out2, out1[-3000:] + out2[-3000:]
+    assert len(created) == 1 and set(lines.values()) == {1}
+    assert "collected by another process; its answers are read here, not billed again" in out2
+    assert total(workspace) == pytest.approx(billed, rel=1e-9) and total(workspace) <= 2 * CAP
+    entries = ledger(workspace)["ledgers"]["adversarial"]
+    assert len(entries) == 2 and holds(workspace) == []
+    assert sorted(e["cost_usd"] == 0 for e in entries) == [False, True]  # the batch settled by one run only
