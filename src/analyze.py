@@ -18,6 +18,7 @@ alone (no ``--summaries``/``--sweep``) builds a report from hand runs, labelled 
 
 from __future__ import annotations
 
+import src.numerics_first  # noqa: F401  # isort: skip  (first: a stage's process is pinned before any library loads)
 import argparse
 import json
 import logging
@@ -34,11 +35,14 @@ from src.config.locate import project_relative
 from src.config.params import lookup
 from src.data.schema import read_records
 from src.report import comparisons, figures, plots, tables, writer
-from src.report.analysis import Analysis, analysis_summary, run_analysis
+from src.report.analysis import Analysis, run_analysis
 from src.report.browser import write_instance_pages
 from src.report.figures import read_top_gold
 from src.report.loading import load_hand_runs, load_results
 from src.report.prose import history_page
+from src.report.robustness import robustness_metrics
+from src.report.summary import analysis_summary
+from src.scoring.clustered import RESAMPLE_UNITS
 from src.tracking.evidence import write_evidence
 from src.tracking.keys import KEY_TAG, code_version, run_key, without_history
 from src.tracking.run_tree import ANALYSIS_ARTIFACTS, PROFILE_TAG, log_analysis_run
@@ -106,13 +110,22 @@ def analysis_record(analysis: Analysis, profile: str, args: argparse.Namespace) 
         "resamples": args.resamples,
         "alpha": args.alpha,
         "correction": args.correction,
+        "margin": args.margin,
+        "resample_unit": args.unit,
+        "power": args.power,
+        "flip_threshold": args.flip_threshold,
         "out": str(args.out),
         "code_version": code_version(),
     }
     name = f"analysis {profile}"
     keys = ",".join(sorted(str(k) for k in analysis.results.runs["key"]))
     key = run_key("analysis", name, {**params, "runs": keys})
-    return {"run_name": name, "params": params, "tags": {"kind": "analysis", PROFILE_TAG: profile, KEY_TAG: key}}
+    return {
+        "run_name": name,
+        "params": params,
+        "tags": {"kind": "analysis", PROFILE_TAG: profile, KEY_TAG: key},
+        "metrics": robustness_metrics(analysis.robustness),
+    }
 
 
 def log_analysis(experiment: str, uri: str, record: dict, out: Path) -> None:
@@ -123,7 +136,26 @@ def log_analysis(experiment: str, uri: str, record: dict, out: Path) -> None:
     except Exception as error:  # noqa: BLE001 - any store fault: the files on disk are the result
         log.warning("the analysis was not logged to MLflow (%s): %s", uri, " ".join(str(error).split())[:300])
         return
+    try:
+        log_metrics(uri, run_id, record.get("metrics") or {})
+    except Exception as error:  # noqa: BLE001 - as above: the metrics are in analysis.json too
+        log.warning(
+            "the analysis's metrics were not logged to MLflow (%s): %s", uri, " ".join(str(error).split())[:300]
+        )
     log.info("analysis logged to MLflow as run %s (%s)", run_id, record["run_name"])
+
+
+def log_metrics(uri: str, run_id: str, metrics: dict[str, float]) -> None:
+    """Log ``metrics`` (name -> value) to the analysis run, in batches of MLflow's limit."""
+    import mlflow
+    from mlflow.entities import Metric
+
+    if not metrics:
+        return
+    client = mlflow.MlflowClient(tracking_uri=uri)
+    items = [Metric(name, float(value), 0, 0) for name, value in sorted(metrics.items())]
+    for start in range(0, len(items), 1000):
+        client.log_batch(run_id, metrics=items[start : start + 1000])
 
 
 def write_analysis_evidence(folder: Path, record: dict, experiment: str, out: Path) -> None:
@@ -137,7 +169,7 @@ def write_analysis_evidence(folder: Path, record: dict, experiment: str, out: Pa
         "kind": "analysis",
         "complete": True,
         "params": without_history(record["params"]),
-        "metrics": {},
+        "metrics": record.get("metrics") or {},
         "tags": record["tags"],
         "artifacts": artifacts,
     }
@@ -192,26 +224,67 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="default: params.yaml analysis.correction",
     )
     parser.add_argument(
+        "--margin", type=float, default=None, help="equivalence margin (F1); default: params.yaml analysis.margin"
+    )
+    parser.add_argument(
+        "--unit",
+        choices=RESAMPLE_UNITS,
+        default=None,
+        help="what a bootstrap resample draws: whole documents or single instances (the study's); "
+        "default: params.yaml analysis.resample_unit",
+    )
+    parser.add_argument("--power", type=float, default=None, help="default: params.yaml analysis.power")
+    parser.add_argument(
+        "--flip-threshold", type=float, default=None, help="default: params.yaml analysis.flip_threshold"
+    )
+    parser.add_argument(
         "--stats-json",
         type=Path,
         default=None,
         help="prepared-data statistics for the top-label figure (default: <paths.prepared>/stats.json)",
     )
     args = parser.parse_args(argv)
-    for name in ("resamples", "alpha", "correction"):
+    for name, key in SETTINGS.items():
         if getattr(args, name) is None:
-            setattr(args, name, lookup(f"analysis.{name}"))
+            setattr(args, name, lookup(f"analysis.{key}"))
     return args
+
+
+#: Flag (argparse name) -> its default's key in params.yaml's ``analysis`` block.
+SETTINGS = {
+    "resamples": "resamples",
+    "alpha": "alpha",
+    "correction": "correction",
+    "margin": "margin",
+    "unit": "resample_unit",
+    "power": "power",
+    "flip_threshold": "flip_threshold",
+}
+
+
+def check_settings(args: argparse.Namespace) -> str | None:
+    """The first analysis setting out of range, as an error line (None when all are fine)."""
+    if args.resamples < 1:
+        return "--resamples must be at least 1"
+    if not 0 < args.alpha < 0.5:
+        return "--alpha must be in (0, 0.5)"
+    if not 0 < args.margin < 1:
+        return "--margin must be in (0, 1)"
+    if not 0.5 <= args.power < 1:
+        return "--power must be in [0.5, 1)"
+    if not 0 <= args.flip_threshold < 1:
+        return "--flip-threshold must be in [0, 1)"
+    if args.unit not in RESAMPLE_UNITS:
+        return f"--unit must be one of {', '.join(RESAMPLE_UNITS)}"
+    return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     setup_logging()
     args = parse_args(argv)
-    if args.resamples < 1:
-        print("error: --resamples must be at least 1", file=sys.stderr)
-        return 2
-    if not 0 < args.alpha < 0.5:
-        print("error: --alpha must be in (0, 0.5)", file=sys.stderr)
+    problem = check_settings(args)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
         return 2
     stats_json = args.stats_json or PROJECT_ROOT / lookup("paths.prepared") / "stats.json"
     uri = tracking_uri(args.tracking_uri)
@@ -242,6 +315,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         seed=default_seed() if args.seed is None else args.seed,
         alpha=args.alpha,
         correction=args.correction,
+        margin=args.margin,
+        unit=args.unit,
+        power=args.power,
+        flip_threshold=args.flip_threshold,
     )
     analysis.timings["load_s"] = loaded
     analysis.top_gold = read_top_gold(stats_json)

@@ -1,4 +1,4 @@
-"""Shared pytest options (slow tests run only with --runslow) and the session's smoke pipeline."""
+"""Shared pytest options (slow tests run only with --runslow), the session's smoke pipeline and prepared data."""
 
 from __future__ import annotations
 
@@ -39,3 +39,15 @@ def smoke_project(tmp_path_factory) -> Path:
     project, done = smoke_repro(tmp_path_factory.mktemp("pipeline") / "project")
     assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]
     return project
+
+
+@pytest.fixture(scope="session")
+def prepared_data(tmp_path_factory) -> Path:
+    """``data/prepared`` as the prepare stage builds it from ``data/raw`` (tests/helpers/prepared_data.py),
+    once per session into a tmp folder, for the tests that read real prepared records."""
+    from tests.helpers.paths import REPO_ROOT
+    from tests.helpers.prepared_data import prepare_into
+
+    if not (REPO_ROOT / "data/raw/timebank-1.2").is_dir():
+        pytest.skip("data/raw not pulled: run `dvc pull data.dvc`")
+    return prepare_into(tmp_path_factory.mktemp("prepare"))

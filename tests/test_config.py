@@ -2,28 +2,16 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from src.config.params import lookup
 from src.prompts import strategy_from_config
-
-CONF = Path(__file__).resolve().parents[1] / "conf"
-MODELS = sorted(p.stem for p in (CONF / "model").glob("*.yaml"))
-STRATEGIES = sorted(p.stem for p in (CONF / "strategy").glob("*.yaml"))
-DIMENSIONS = sorted(p.stem for p in (CONF / "dimension").glob("*.yaml"))
-
-
-def _compose(*overrides: str):
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return compose(config_name="config", overrides=list(overrides))
+from tests.helpers.hydra_conf import CONF, DIMENSIONS, MODELS, STRATEGIES, compose_conf
 
 
 def test_default_configuration_is_the_embedded_model_and_reads_params_yaml():
-    cfg = _compose()
+    cfg = compose_conf()
     assert cfg.model.name == "smollm2_135m" and cfg.model.backend == "llamacpp"
     # the embedded model's own condition reaches the run config (conf/model/smollm2_135m.yaml)
     assert cfg.prompt.form == "completion" and cfg.generation.constrained and cfg.generation.spans_from_input
@@ -35,7 +23,7 @@ def test_default_configuration_is_the_embedded_model_and_reads_params_yaml():
 
 @pytest.mark.parametrize("model", MODELS)
 def test_every_model_composes_with_the_required_fields(model):
-    cfg = _compose(f"model={model}")
+    cfg = compose_conf(f"model={model}")
     for key in ("name", "family", "backend", "model_id"):
         assert cfg.model[key] is not None, f"{model}: {key} missing"
     undisclosed = ("architecture", "params_total_b", "params_active_b")
@@ -49,7 +37,7 @@ def test_every_model_composes_with_the_required_fields(model):
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_every_strategy_composes_and_validates(strategy):
-    cfg = _compose(f"strategy={strategy}")
+    cfg = compose_conf(f"strategy={strategy}")
     parsed = strategy_from_config(cfg.strategy)
     assert parsed.name == strategy
     assert parsed.inductive_plus == ("I" in strategy.split("+"))
@@ -57,7 +45,7 @@ def test_every_strategy_composes_and_validates(strategy):
 
 @pytest.mark.parametrize("dimension", DIMENSIONS)
 def test_every_dimension_lists_known_tasks_and_datasets(dimension):
-    cfg = _compose(f"dimension={dimension}")
+    cfg = compose_conf(f"dimension={dimension}")
     assert set(cfg.dimension.datasets) == {"timex", "eventx", "comp"}
     known = {"base", "adv", "adv_p", "t2c", "voc", "len"}
     for datasets in cfg.dimension.datasets.values():
@@ -65,18 +53,18 @@ def test_every_dimension_lists_known_tasks_and_datasets(dimension):
 
 
 def test_the_study_has_thirteen_task_dataset_pairs():
-    cfg = _compose("dimension=all")
+    cfg = compose_conf("dimension=all")
     assert sum(len(v) for v in cfg.dimension.datasets.values()) == 13
 
 
 def test_an_api_model_keeps_the_chat_form_and_free_decoding():
-    cfg = _compose("model=qwen3_moe")
+    cfg = compose_conf("model=qwen3_moe")
     assert cfg.prompt.form == "chat" and not cfg.generation.constrained and not cfg.generation.spans_from_input
     assert not cfg.generation.stop_at_repeated_span
 
 
 def test_the_study_condition():
-    cfg = _compose("model=qwen3_moe", "condition=study_condition")
+    cfg = compose_conf("model=qwen3_moe", "condition=study_condition")
     assert cfg.prompt.answer_format == "study" and cfg.generation.constrained and cfg.generation.temperature == 0
     assert list(cfg.scoring.variants) == ["released", "released_best", "released_char", "released_char_best"]
 
@@ -88,9 +76,9 @@ def test_the_reasoning_allowance_is_the_model_files_reasoning_bound():
 
     model_file = yaml.safe_load((CONF / "model" / "smollm2_135m.yaml").read_text(encoding="utf-8"))
     bound = model_file["options"]["list_token_budgets"]["reasoning_steps"]
-    assert _compose("model=smollm2_135m").generation.max_tokens_reasoning == bound == 16
-    assert _compose("model=qwen3_moe").generation.max_tokens_reasoning is None  # no bound: nothing added
-    assert _compose("generation.max_tokens_reasoning=8").generation.max_tokens_reasoning == 8  # an override wins
+    assert compose_conf("model=smollm2_135m").generation.max_tokens_reasoning == bound == 16
+    assert compose_conf("model=qwen3_moe").generation.max_tokens_reasoning is None  # no bound: nothing added
+    assert compose_conf("generation.max_tokens_reasoning=8").generation.max_tokens_reasoning == 8  # an override wins
 
 
 def test_the_old_experiment_group_name_is_a_clear_error():
@@ -106,4 +94,4 @@ def test_every_prompt_condition_composes():
     names = sorted(p.stem for p in (CONF / "condition").glob("*.yaml"))
     assert names == ["model_default", "study_condition"]
     for name in names:
-        OmegaConf.to_container(_compose(f"condition={name}"), resolve=True)
+        OmegaConf.to_container(compose_conf(f"condition={name}"), resolve=True)

@@ -19,7 +19,7 @@ from src.config import budget as budget_keys
 from src.config.errors import ConfigError
 from src.config.schema import RUN_KEYS, Dimension, Generation, Model, Paths, Provider, RunConfig, Scoring, Tracking
 from src.runs.configure import endpoint
-from tests.test_config import CONF, DIMENSIONS, MODELS, STRATEGIES, _compose
+from tests.helpers.hydra_conf import CONF, DIMENSIONS, MODELS, STRATEGIES, compose_conf
 
 PROVIDERS = sorted(p.stem for p in (CONF / "provider").glob("*.yaml"))
 CONDITIONS = sorted(p.stem for p in (CONF / "condition").glob("*.yaml"))
@@ -50,7 +50,7 @@ def _names(cls) -> set[str]:
 
 @pytest.mark.parametrize("overrides", CASES, ids=lambda o: ",".join(o))
 def test_every_composition_of_conf_types_and_its_backend_options_too(overrides):
-    config = RunConfig.from_hydra(_compose(*overrides))
+    config = RunConfig.from_hydra(compose_conf(*overrides))
     assert config.model.name and config.strategy.name and config.dimension.name
     if config.model.backend == "openai":
         model_id, options = endpoint(config)
@@ -58,18 +58,18 @@ def test_every_composition_of_conf_types_and_its_backend_options_too(overrides):
 
 
 def test_every_setting_the_schema_reads_is_written_in_conf():
-    data = OmegaConf.to_container(_compose(), resolve=True)
+    data = OmegaConf.to_container(compose_conf(), resolve=True)
     assert set(RUN_KEYS) <= set(data), set(RUN_KEYS) - set(data)
     for name, cls in SECTIONS.items():
         assert set(data[name]) == _names(cls), (name, set(data[name]) ^ _names(cls))
     assert set(data["budget"]) == set(budget_keys.KEYS)
     assert {f"provider={p}" for p in PROVIDERS} == {case[1] for case in CASES if len(case) > 1}
     for model in MODELS:
-        written = set(OmegaConf.to_container(_compose(f"model={model}"), resolve=True)["model"])
+        written = set(OmegaConf.to_container(compose_conf(f"model={model}"), resolve=True)["model"])
         missing = _names(Model) - written - set(OPTIONAL_MODEL_KEYS)
         assert not missing, f"conf/model/{model}.yaml does not set {sorted(missing)}"
     for provider in PROVIDERS:
-        written = set(OmegaConf.to_container(_compose(f"provider={provider}"))["provider"])
+        written = set(OmegaConf.to_container(compose_conf(f"provider={provider}"))["provider"])
         assert written == _names(Provider), (provider, written ^ _names(Provider))
 
 
@@ -85,6 +85,6 @@ def test_every_setting_the_schema_reads_is_written_in_conf():
 )
 def test_a_typo_or_bad_value_is_one_error_naming_its_key(override, key):
     with pytest.raises(ConfigError) as info:
-        config = RunConfig.from_hydra(_compose("model=qwen25_7b", override))
+        config = RunConfig.from_hydra(compose_conf("model=qwen25_7b", override))
         OpenAIOptions.from_mapping(endpoint(config)[1])
     assert key in str(info.value) and "\n" not in str(info.value)

@@ -10,10 +10,9 @@ Nothing here writes a file: ``src.analyze`` (the entry point) loads, calls and w
 
 from __future__ import annotations
 
-import math
+import dataclasses
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -22,7 +21,10 @@ from src import study as vocabulary
 from src.report import comparisons, rq
 from src.report.provenance import is_dirty
 from src.report.results import RunResults
-from src.scoring.metrics import ERROR_TYPES
+from src.report.robustness import DEFAULT_FLIP_THRESHOLD, robustness_table
+from src.report.uncertainty import DEFAULT_POWER, interval_widths, power_table, rq2_intervals
+from src.scoring.clustered import DOCUMENT, INSTANCE
+from src.scoring.verdicts import EQUIVALENT, INCONCLUSIVE, STUDY_EQUAL
 
 #: The two multiple-comparison families: RQ1-RQ3 over prompted configurations, and fine-tuned models among themselves.
 PROMPTED, FINETUNED = "prompted", "fine-tuned"
@@ -30,12 +32,18 @@ PROMPTED, FINETUNED = "prompted", "fine-tuned"
 
 @dataclass(frozen=True)
 class AnalysisSettings:
-    """How the tests were run: bootstrap resamples and seed, significance level, correction."""
+    """How the tests were run: bootstrap resamples and seed, significance level, correction, the
+    equivalence margin, the resampling unit (documents or instances), the power the minimum
+    detectable differences are stated at and the flip threshold of the robustness table."""
 
     resamples: int
     seed: int
     alpha: float
     correction: str
+    margin: float = comparisons.DEFAULT_MARGIN
+    unit: str = DOCUMENT
+    power: float = DEFAULT_POWER
+    flip_threshold: float = DEFAULT_FLIP_THRESHOLD
 
 
 @dataclass
@@ -61,22 +69,15 @@ class Analysis:
     provenance: pd.DataFrame
     top_gold: dict[str, dict] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
+    power: pd.DataFrame = field(default_factory=pd.DataFrame)
+    widths: pd.DataFrame = field(default_factory=pd.DataFrame)
+    robustness: pd.DataFrame = field(default_factory=pd.DataFrame)
+    rq2_intervals: dict[str, tuple[float, float]] = field(default_factory=dict)
 
-    @property
-    def resamples(self) -> int:
-        return self.settings.resamples
-
-    @property
-    def seed(self) -> int:
-        return self.settings.seed
-
-    @property
-    def alpha(self) -> float:
-        return self.settings.alpha
-
-    @property
-    def correction(self) -> str:
-        return self.settings.correction
+    resamples = property(lambda self: self.settings.resamples, doc="Bootstrap resamples per comparison.")
+    seed = property(lambda self: self.settings.seed, doc="The seed of every resample.")
+    alpha = property(lambda self: self.settings.alpha, doc="The significance level.")
+    correction = property(lambda self: self.settings.correction, doc="The multiple-comparison correction.")
 
     @property
     def corrections(self) -> tuple[str, str]:
@@ -154,6 +155,10 @@ def run_analysis(
     alpha: float,
     correction: str,
     dimensions: dict[str, list[str]] | None = None,
+    margin: float = comparisons.DEFAULT_MARGIN,
+    unit: str = DOCUMENT,
+    power: float = DEFAULT_POWER,
+    flip_threshold: float = DEFAULT_FLIP_THRESHOLD,
 ) -> Analysis:
     """Compute RQ1-RQ3 and the fine-tuned comparisons from loaded run results (no file is written);
     the settings' defaults are params.yaml's ``analysis`` block, read by :mod:`src.analyze`."""
@@ -164,12 +169,13 @@ def run_analysis(
     dimensions = dimensions if dimensions is not None else load_dimensions()
     groups = strategy_groups(results.runs)
     prompted = set(groups["all"])
+    options = {"margin": margin, "unit": unit}
     family = comparisons.comparison_family(
-        PROMPTED, results.datasets, groups["all"], resamples, seed, alpha, correction
+        PROMPTED, results.datasets, groups["all"], resamples, seed, alpha, correction, **options
     )
     finetuned_configs = [c for c in results.runs.index if results.runs.loc[c, "kind"] == "finetuned"]
     finetuned = comparisons.comparison_family(
-        FINETUNED, results.datasets, finetuned_configs, resamples, seed, alpha, correction
+        FINETUNED, results.datasets, finetuned_configs, resamples, seed, alpha, correction, **options
     )
     timings["pairwise_tests_s"] = time.perf_counter() - started
     outcomes = family.outcomes
@@ -194,7 +200,7 @@ def run_analysis(
     curves, trend = rq.size_curves(f1, results.runs, series)
     analysis = Analysis(
         results=results,
-        settings=AnalysisSettings(resamples, seed, alpha, correction),
+        settings=AnalysisSettings(resamples, seed, alpha, correction, margin, unit, power, flip_threshold),
         dimensions=dimensions,
         groups=groups,
         f1=f1,
@@ -212,8 +218,31 @@ def run_analysis(
         provenance=provenance_table(results.runs),
         timings=timings,
     )
+    analysis.power = power_table((family, finetuned), alpha, power)
+    analysis.widths = interval_widths(results.datasets, resamples, seed)
+    analysis.results = dataclasses.replace(results, scores=with_intervals(results.scores, analysis.widths, unit))
+    analysis.robustness = robustness_table(results.datasets, resamples, seed, flip_threshold, unit)
+    analysis.rq2_intervals = rq2_intervals(results.datasets, f1, groups, resamples, seed)
     timings["analysis_s"] = time.perf_counter() - started
     return analysis
+
+
+def with_intervals(scores: pd.DataFrame, intervals: pd.DataFrame, unit: str) -> pd.DataFrame:
+    """``scores`` with ``f1_ci_low``/``f1_ci_high`` from the analysis's resampling ``unit`` (the logged,
+    instance-level ones are replaced where the analysis has the configuration's statistics) and
+    ``f1_ci_low_instance``/``f1_ci_high_instance``: the study's instance-level interval beside them."""
+    if intervals.empty or scores.empty:
+        return scores
+    scores = scores.copy()
+    keys = scores["config"] + "|" + scores["task"] + "/" + scores["dataset"]
+    for chosen, suffix in ((unit, ""), (INSTANCE, "_instance")):
+        part = intervals[intervals["unit"] == chosen]
+        index = part["configuration"] + "|" + part["dataset"]
+        for bound in ("f1_ci_low", "f1_ci_high"):
+            found = keys.map(dict(zip(index, part[bound])))
+            logged = scores[bound] if bound in scores.columns else np.nan
+            scores[bound + suffix] = found.where(found.notna(), logged if not suffix else np.nan)
+    return scores
 
 
 def instance_table(analysis: Analysis) -> pd.DataFrame:
@@ -229,41 +258,16 @@ def instance_table(analysis: Analysis) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["family", "dataset", "instances", "pairs"])
 
 
-def _clean(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {str(k): _clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    if value is pd.NA:
-        return None
-    if hasattr(value, "item"):
-        return _clean(value.item())
-    return value
-
-
-def _outcome_block(row: dict) -> dict:
-    return {"pairs": int(row["pairs"]), **{o: row[o] for o in ("better", "equal", "worse")}}
-
-
-def _family_summary(analysis: Analysis, family: comparisons.ComparisonFamily) -> dict:
-    out = {}
-    for key, test in family.tests.items():
-        entry = {
-            "pairs": test.pairs,
-            "comparisons": [{"instances": n, "pairs": pairs} for n, pairs in test.instance_counts()],
-        }
-        for c in analysis.corrections:
-            table = family.outcomes[c][key].to_numpy()
-            entry[f"significant_{c}"] = int((table == "better").sum())
-        out[key] = entry
-    return out
-
-
 def finetuned_pairs(analysis: Analysis) -> pd.DataFrame:
     """Fine-tuned model a vs b on each dataset (the study's Figure 11): n, F1s, delta, p-values, outcomes."""
     return pairwise_long(analysis.finetuned, analysis.correction)
+
+
+def study_reading(verdict):
+    """The study's name for a verdict (elementwise): equivalent and inconclusive are its "almost equal"."""
+    values = np.asarray(verdict, dtype=object)
+    out = np.where(np.isin(values, [EQUIVALENT, INCONCLUSIVE]), STUDY_EQUAL, values)
+    return str(out) if out.ndim == 0 else out
 
 
 def pairwise_long(family: comparisons.ComparisonFamily, correction: str) -> pd.DataFrame:
@@ -277,6 +281,8 @@ def pairwise_long(family: comparisons.ComparisonFamily, correction: str) -> pd.D
         raw = family.outcomes["none"][key].to_numpy()
         corrected = family.outcomes[correction][key].to_numpy()
         adjusted = family.p_adjusted[key]
+        tost = test.p_equivalent if test.p_equivalent is not None else np.full_like(test.p_value, np.nan)
+        tost_adjusted = family.equivalence_adjusted.get(key, np.full_like(test.p_value, np.nan))
         frames.append(
             pd.DataFrame(
                 {
@@ -291,8 +297,12 @@ def pairwise_long(family: comparisons.ComparisonFamily, correction: str) -> pd.D
                     "p_b_better": test.p_value[j, i],
                     f"p_{correction}_a_better": adjusted[i, j],
                     f"p_{correction}_b_better": adjusted[j, i],
+                    "p_equivalent": tost[i, j],
+                    f"p_equivalent_{correction}": tost_adjusted[i, j],
                     "outcome": raw[i, j],
                     f"outcome_{correction}": corrected[i, j],
+                    "study_outcome": study_reading(raw[i, j]),
+                    f"study_outcome_{correction}": study_reading(corrected[i, j]),
                 }
             )
         )
@@ -308,83 +318,11 @@ def pairwise_long(family: comparisons.ComparisonFamily, correction: str) -> pd.D
         "p_b_better",
         f"p_{correction}_a_better",
         f"p_{correction}_b_better",
+        "p_equivalent",
+        f"p_equivalent_{correction}",
         "outcome",
         f"outcome_{correction}",
+        "study_outcome",
+        f"study_outcome_{correction}",
     ]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
-
-
-def analysis_summary(analysis: Analysis) -> dict:
-    """The headline numbers as JSON (DVC metrics), with each configuration's provenance (key, code and
-    data version; its run id, commit and usage are history: :func:`src.report.prose.history_page`);
-    NaN becomes null."""
-    results = analysis.results
-    rq1 = {}
-    for row in analysis.rq1.itertuples(index=False):
-        block = rq1.setdefault(row.correction, {}).setdefault(row.group, {})
-        block[row.target if row.target == "all" else f"{row.reference}->{row.target}"] = _outcome_block(row._asdict())
-    rq2 = {}
-    for group, corr in analysis.rq2.items():
-        rq2[group] = {"configs": len(corr.configs), "mean_rho": rq.mean_off_diagonal(corr.rho), "reason": corr.reason}
-    pairs = analysis.strategy_pairs
-    strategy = {}
-    for row in pairs[pairs["dimension"] == "all"].itertuples(index=False):
-        strategy.setdefault(row.correction, {})[f"{row.strategy_a} vs {row.strategy_b}"] = _outcome_block(row._asdict())
-    moe = {}
-    if not analysis.dense_vs_moe.empty:
-        for row in analysis.dense_vs_moe[analysis.dense_vs_moe["dimension"] == "all"].itertuples(index=False):
-            moe.setdefault(row.correction, {})[row.family] = _outcome_block(row._asdict())
-    errors = {
-        row.dataset: {n: getattr(row, f"share_{n}") for n in ERROR_TYPES}
-        for row in analysis.errors.itertuples(index=False)
-    }
-    finetuned = _family_summary(analysis, analysis.finetuned)
-    c = analysis.correction
-    for row in finetuned_pairs(analysis).itertuples(index=False):
-        finetuned[row.dataset].setdefault("tests", []).append(
-            {
-                "a": row.config_a,
-                "b": row.config_b,
-                "instances": row.instances,
-                "f1_a": row.f1_a,
-                "f1_b": row.f1_b,
-                "delta": row.delta,
-                "p_a_better": row.p_a_better,
-                "p_b_better": row.p_b_better,
-                "outcome": row.outcome,
-                f"outcome_{c}": getattr(row, f"outcome_{c}"),
-            }
-        )
-    provenance = {
-        config: {
-            "summary": row.summary,
-            "key": row.key,
-            "code_version": row.code_version,
-            "data_version": row.data_version,
-        }
-        for config, row in zip(analysis.provenance.index, analysis.provenance.itertuples(index=False))
-    }
-    return _clean(
-        {
-            "experiment": results.experiment_name,
-            "configurations": len(results.runs),
-            "prompted": len(analysis.groups["all"]),
-            "finetuned": len(analysis.finetuned.configs),
-            "datasets": list(analysis.tests),
-            "resamples": analysis.resamples,
-            "seed": analysis.seed,
-            "alpha": analysis.alpha,
-            "correction": analysis.correction,
-            "significant_pairs": _family_summary(analysis, analysis.prompted),
-            "finetuned_pairs": finetuned,
-            "rq1": rq1,
-            "rq2": rq2,
-            "rq3": {
-                "strategy_pairs": strategy,
-                "dense_vs_moe": moe or analysis.dense_vs_moe_reason,
-                "size_series": analysis.series,
-            },
-            "errors": errors,
-            "provenance": provenance,
-        }
-    )

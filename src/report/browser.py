@@ -9,21 +9,34 @@ on ``LCS / max length``), so a page's counts equal the logged ``errors.*`` metri
 The page needs no server: data is embedded as JSON, rendering, filters (configuration,
 error type, "configurations disagree", text search) and pagination are inline JavaScript.
 ``#config=NAME`` in the URL pre-selects a configuration (the report's heatmap links use it).
+Beside these pages, :mod:`src.report.side_by_side` writes the side-by-side view of two
+configurations (or of base and a shifted set); :func:`compare_href` is its link.
 """
 
 from __future__ import annotations
 
-import html
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
+from urllib.parse import quote
 
-from src.scoring.metrics import as_predicted_span, match_spans
+from src.report.side_by_side import compare_page_name, compare_pages, write_compare_pages
+from src.report.static_page import GOLD_CLASSES, PRED_CLASSES, classify, embed_json, fill_page, read_manifest
 
-#: Match classes of a gold span and of a predicted span (``src.scoring.metrics`` error types).
-GOLD_CLASSES = ("exact", "boundary", "missing")
-PRED_CLASSES = ("exact", "boundary", "spurious")
+__all__ = [
+    "GOLD_CLASSES",
+    "PRED_CLASSES",
+    "classify",
+    "compare_href",
+    "compare_link",
+    "compare_pages",
+    "embed_json",
+    "page_data",
+    "pages_with",
+    "write_instance_pages",
+]
+
 #: Raw answers longer than this are cut in the page (the full text is in the MLflow artifact).
 RAW_LIMIT = 4000
 PAGE_SIZE = 50
@@ -37,63 +50,44 @@ def page_name(task: str, dataset: str) -> str:
     return f"{task}_{dataset}.html"
 
 
-def _find(text: str, needle: str, near: int | None, used: set[int]) -> int | None:
-    """The start of an occurrence of ``needle`` in ``text``: nearest to ``near``, else the first unused."""
-    if not needle:
-        return None
-    starts, at = [], text.find(needle)
-    while at >= 0:
-        starts.append(at)
-        at = text.find(needle, at + 1)
-    if not starts:
-        return None
-    if near is not None:
-        return min(starts, key=lambda s: (abs(s - near), s))
-    free = [s for s in starts if s not in used]
-    return (free or starts)[0]
+def compare_href(task: str, dataset: str, a: str, b: str | None = None, shift: str | None = None) -> str:
+    """The link, relative to ``reports/report.html``, to the side-by-side view of ``task/dataset``.
 
-
-class _Gold(NamedTuple):
-    text: str
-    label: str | None
-
-
-def classify(
-    text: str, gold: Sequence[Mapping[str, Any]], predictions: Sequence[Any], lowercase: bool = False
-) -> dict[str, Any]:
-    """Match one configuration's predictions against the gold spans with the scorer's own matching
-    (:func:`src.scoring.metrics.match_spans`, under the run's ``scoring.lowercase``).
-
-    Returns ``{"gold": [class per gold span], "preds": [{"text", "label", "cls", "start", "end"}],
-    "counts": {exact, boundary, missing, spurious}}``; a prediction's offsets are its occurrence in
-    ``text`` nearest to its matched gold span (None when the string is not in the text).
+    Two configurations: ``instances/compare_{task}_{dataset}.html#a=A&b=B`` (without ``b`` the page
+    picks the first other configuration). Base against a shifted set for one configuration: ``dataset``
+    is the base set the shift was built from (``base``), ``shift`` the derived set (``adv``, ``adv_p``,
+    ``voc``): ``instances/compare_{task}_base.html#a=A&shift=adv``. Names are URL-encoded.
     """
-    preds = []
-    for item in predictions:
-        try:
-            preds.append(as_predicted_span(item))
-        except ValueError:
-            preds.append(as_predicted_span(str(item)))
-    spans = [_Gold(str(g.get("text", "")), g.get("label")) for g in gold]
-    gold_cls, pred_cls, partner = match_spans(preds, spans, lowercase).classes()
-    out, used = [], set()
-    for i, p in enumerate(preds):
-        near = gold[partner[i]].get("start") if partner[i] is not None else None
-        start = _find(text, p.text, near, used)
-        if start is not None:
-            used.add(start)
-        out.append(
-            {
-                "text": p.text,
-                "label": p.label,
-                "cls": pred_cls[i],
-                "start": start,
-                "end": None if start is None else start + len(p.text),
-            }
-        )
-    counts = {name: gold_cls.count(name) for name in ("exact", "boundary", "missing")}
-    counts["spurious"] = pred_cls.count("spurious")
-    return {"gold": gold_cls, "preds": out, "counts": counts}
+    if shift is not None and b is not None:
+        raise ValueError("compare_href: a shift compares one configuration with itself; give b or shift, not both")
+    if shift is not None and shift == dataset:
+        raise ValueError(f"compare_href: dataset is the base set the shift {shift!r} was built from, not the shift")
+    parts = [("a", a)] + ([("b", b)] if b is not None else []) + ([("shift", shift)] if shift is not None else [])
+    fragment = "&".join(f"{key}={quote(value, safe='')}" for key, value in parts)
+    return f"instances/{compare_page_name(task, dataset)}#{fragment}"
+
+
+def compare_link(out: Path) -> Callable[..., str | None]:
+    """``link(task, dataset, a, b=None, shift=None)``: :func:`compare_href` where the side-by-side page
+    under ``out/instances`` can show that view (both configurations, or ``a`` on base and on ``shift``),
+    else None."""
+    pages = compare_pages(Path(out) / "instances")
+
+    def link(task: str, dataset: str, a: str, b: str | None = None, shift: str | None = None) -> str | None:
+        entry = pages.get(compare_page_name(task, dataset))
+        if entry is None:
+            return None
+        if shift is not None:
+            ok = b is None and a in entry["shifts"].get(shift, ())
+        else:
+            ok = (
+                a in entry["configs"]
+                and (b is None or (b != a and b in entry["configs"]))
+                and len(entry["configs"]) > 1
+            )
+        return compare_href(task, dataset, a, b, shift) if ok else None
+
+    return link
 
 
 def _raw(value: Any) -> str | None:
@@ -153,12 +147,6 @@ def page_data(
     return {"task": task, "dataset": dataset, "configs": configs, "instances": list(instances.values())}
 
 
-def embed_json(data: Any) -> str:
-    """JSON safe inside a ``<script>`` element (no ``</script>`` or ``<!--`` can end it early)."""
-    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
-    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
-
-
 PAGE = """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>__TITLE__</title>
 <style>
@@ -167,9 +155,7 @@ body{font-family:sans-serif;max-width:80rem;margin:1rem auto;padding:0 1rem;line
 .bar label{margin-right:1rem;font-size:.9rem}
 .inst{border-bottom:1px solid #ddd;padding:.5rem 0}.inst h3{font-size:.9rem;margin:.2rem 0;color:#555}
 .cfg{margin:.2rem 0 .2rem 1rem}.name{display:inline-block;min-width:9rem;font-size:.8rem;color:#333}
-.txt{font-family:Georgia,serif}.g-exact{border-bottom:3px solid #2a9d4b}
-.g-boundary{border-bottom:3px solid #e39b2d}.g-missing{border-bottom:3px solid #d1495b}
-.p-exact{background:#c8ecd2}.p-boundary{background:#fbe2b8}.p-spurious{background:#e2cdf0}
+__SPAN_CSS__
 .legend span{margin-right:1rem;padding:0 .3rem}.flag{color:#d1495b;font-size:.8rem}
 details{font-size:.8rem;margin-left:10rem}pre{white-space:pre-wrap;background:#f6f6f6;padding:.3rem}
 .small{font-size:.8rem;color:#555}
@@ -188,19 +174,8 @@ details{font-size:.8rem;margin-left:10rem}pre{white-space:pre-wrap;background:#f
 <label>search <input id="search" type="search" placeholder="text or span"></label>
 <button id="prev">&larr;</button> <span id="pos" class="small"></span> <button id="next">&rarr;</button>
 </div>
-<div id="list"></div>
-<script type="application/json" id="data">__DATA__</script>
-<script>
-(function () {
-  "use strict";
-  var DATA = JSON.parse(document.getElementById("data").textContent);
+__SCRIPT_HEAD__
   var PAGE_SIZE = __PAGE_SIZE__, page = 0;
-  var el = function (id) { return document.getElementById(id); };
-  var esc = function (s) {
-    return String(s).replace(/[&<>"]/g, function (c) {
-      return {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;"}[c];
-    });
-  };
   DATA.configs.forEach(function (c) {
     var o = document.createElement("option"); o.value = c; o.textContent = c; el("config").appendChild(o);
   });
@@ -234,27 +209,6 @@ details{font-size:.8rem;margin-left:10rem}pre{white-space:pre-wrap;background:#f
       }
       return true;
     });
-  }
-  function marked(inst, result) {
-    var n = inst.text.length, gold = new Array(n), pred = new Array(n), i;
-    inst.gold.forEach(function (g, j) {
-      if (g.start == null) return;
-      for (i = g.start; i < Math.min(g.end, n); i++) gold[i] = result.gold[j];
-    });
-    result.preds.forEach(function (p) {
-      if (p.start == null) return;
-      for (i = p.start; i < Math.min(p.end, n); i++) if (!pred[i] || pred[i] === "spurious") pred[i] = p.cls;
-    });
-    var out = "", start = 0;
-    for (i = 1; i <= n; i++) {
-      if (i === n || gold[i] !== gold[start] || pred[i] !== pred[start]) {
-        var cls = (gold[start] ? "g-" + gold[start] : "") + (pred[start] ? " p-" + pred[start] : "");
-        var piece = esc(inst.text.slice(start, i));
-        out += cls.trim() ? '<span class="' + cls.trim() + '">' + piece + "</span>" : piece;
-        start = i;
-      }
-    }
-    return out;
   }
   function render() {
     var rows = visible(), configs = chosen(), pages = Math.max(1, Math.ceil(rows.length / PAGE_SIZE));
@@ -292,25 +246,17 @@ details{font-size:.8rem;margin-left:10rem}pre{white-space:pre-wrap;background:#f
       render();
     });
   });
-  el("prev").addEventListener("click", function () { page = Math.max(0, page - 1); render(); });
-  el("next").addEventListener("click", function () { page += 1; render(); });
-  window.addEventListener("hashchange", function () { fromHash(); render(); });
-  fromHash(); render();
-})();
-</script>
-</body></html>
+__SCRIPT_TAIL__
 """
 
 
 def render_page(data: Mapping[str, Any]) -> str:
     """The self-contained HTML page of :func:`page_data`'s output."""
-    title = html.escape(
+    title = (
         f"Instances: {data['task']}/{data['dataset']} ({len(data['instances'])} instances, "
         f"{len(data['configs'])} configurations)"
     )
-    return (
-        PAGE.replace("__TITLE__", title).replace("__PAGE_SIZE__", str(PAGE_SIZE)).replace("__DATA__", embed_json(data))
-    )
+    return fill_page(PAGE, title, data, page_size=str(PAGE_SIZE))
 
 
 def write_instance_pages(
@@ -319,31 +265,29 @@ def write_instance_pages(
     rows: Mapping[tuple[str, str, str], Sequence[Mapping[str, Any]]],
     lowercase: bool = False,
 ) -> list[Path]:
-    """One page per (task, dataset) in ``rows`` (keys ``(config, task, dataset)``) under ``out_dir``.
+    """One page per (task, dataset) in ``rows`` (keys ``(config, task, dataset)``) under ``out_dir``,
+    and beside them the side-by-side pages (:func:`src.report.side_by_side.write_compare_pages`).
 
     ``texts`` maps (task, dataset) to instance id -> text; configurations keep the order of ``rows``.
+    Returns the instance pages.
     """
     grouped: dict[tuple[str, str], dict[str, Sequence[Mapping[str, Any]]]] = {}
     for (config, task, dataset), config_rows in rows.items():
         grouped.setdefault((task, dataset), {})[config] = config_rows
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    written, manifest = [], {}
+    written, manifest, datas = [], {}, {}
     for (task, dataset), by_config in grouped.items():
-        data = page_data(task, dataset, texts.get((task, dataset), {}), by_config, lowercase)
+        data = datas[task, dataset] = page_data(task, dataset, texts.get((task, dataset), {}), by_config, lowercase)
         path = out_dir / page_name(task, dataset)
         path.write_text(render_page(data), encoding="utf-8")
         written.append(path)
         manifest[path.name] = list(by_config)
+    write_compare_pages(out_dir, datas)
     (out_dir / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     return written
 
 
 def pages_with(out_dir: Path) -> dict[str, set[str]]:
     """Page name -> configurations on it, from the manifest :func:`write_instance_pages` left ({} without one)."""
-    path = Path(out_dir) / MANIFEST
-    try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return {name: set(configs) for name, configs in manifest.items() if (Path(out_dir) / name).exists()}
+    return {name: set(configs) for name, configs in read_manifest(out_dir, MANIFEST).items()}

@@ -7,8 +7,15 @@ intersection, one matrix per distinct intersection. A multiple-comparison correc
 the family of all pairwise tests (every tested unordered pair on every dataset), applied to the
 one-sided p-value in the observed direction.
 
-Outcome tables are DataFrames (configs x configs) of "better"/"equal"/"worse" for the row
-configuration against the column one ("untested" where the two share no instance).
+Each pair also gets an equivalence test (TOST, :mod:`src.scoring.verdicts`) against the margin,
+corrected over the same family. Outcome tables are DataFrames (configs x configs) of the four
+verdicts "better"/"equivalent"/"inconclusive"/"worse" for the row configuration against the
+column one ("untested" where the two share no instance); the study's reading ("almost equal"
+for p >= alpha) is equivalent + inconclusive.
+
+Resamples draw whole documents by default (:mod:`src.scoring.clustered`), one draw shared by
+every configuration of a comparison set, so the tests stay paired; ``unit="instance"`` is the
+study's instance-level bootstrap.
 """
 
 from __future__ import annotations
@@ -16,11 +23,12 @@ from __future__ import annotations
 import itertools
 import zlib
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
+from src.scoring.clustered import DOCUMENT, resampling_units
 from src.scoring.stats import (
     all_pairs_bootstrap,
     benjamini_hochberg,
@@ -29,12 +37,15 @@ from src.scoring.stats import (
     observed_f1,
     resample_counts,
 )
+from src.scoring.verdicts import all_pairs_tost, classify_verdict, minimum_detectable_difference
 
 CORRECTIONS = {"holm": holm, "bh": benjamini_hochberg}
 #: How the report names each correction (and the raw p-values, "none").
 CORRECTION_NAMES = {"none": "raw p", "holm": "Holm", "bh": "Benjamini-Hochberg"}
 #: The outcome of a pair that shares no instance on a dataset (counted in no outcome share).
 UNTESTED = "untested"
+#: The equivalence margin when none is given: params.yaml ``analysis.equivalence_margin`` (docs/scoring.md).
+DEFAULT_MARGIN = 0.02
 
 
 @dataclass
@@ -49,6 +60,9 @@ class PairwiseTests:
             no instance (diagonal 0.5).
         instances: (S, S) number of instances each pair was compared on (diagonal: the
             configuration's own).
+        p_equivalent: (S, S) TOST p-value of "|delta| < margin" (symmetric; NaN where untested).
+        delta_sd: (S, S) standard deviation of the resampled delta (the test's noise; NaN where untested).
+        units: (S, S) resampling units (documents, or instances) each pair was compared on.
     """
 
     key: str
@@ -56,6 +70,18 @@ class PairwiseTests:
     f1: np.ndarray
     p_value: np.ndarray
     instances: np.ndarray
+    p_equivalent: np.ndarray | None = None
+    delta_sd: np.ndarray | None = None
+    units: np.ndarray | None = None
+
+    def mdd(self, alpha: float, power: float = 0.8) -> float:
+        """Median minimum detectable difference over the tested pairs (NaN when none or no sd)."""
+        if self.delta_sd is None:
+            return float("nan")
+        upper_i, upper_j = np.triu_indices(len(self.configs), 1)
+        keep = self.tested[upper_i, upper_j]
+        sd = self.delta_sd[upper_i[keep], upper_j[keep]]
+        return float(minimum_detectable_difference(np.median(sd), alpha, power)) if sd.size else float("nan")
 
     @property
     def tested(self) -> np.ndarray:
@@ -131,13 +157,20 @@ def dataset_seed(seed: int, key: str, ids: Sequence[str] | None = None) -> np.ra
     return np.random.default_rng(entropy)
 
 
-def pairwise_tests(datasets: Mapping[str, object], resamples: int, seed: int) -> dict[str, PairwiseTests]:
+def pairwise_tests(
+    datasets: Mapping[str, object],
+    resamples: int,
+    seed: int,
+    margin: float = DEFAULT_MARGIN,
+    unit: str = DOCUMENT,
+) -> dict[str, PairwiseTests]:
     """All-pairs tests per dataset, each pair on the instances both configurations were scored on.
 
     ``datasets`` maps a key to an object with ``configs``, ``ids`` (config -> ids) and
     ``stacked(configs, ids)`` (a :class:`src.report.results.DatasetStats`). One resample
-    matrix (seeded by :func:`dataset_seed` from the seed, the dataset and the instance set)
-    serves every pair of a comparison set. Datasets with fewer than two configurations are skipped.
+    matrix of ``unit`` (documents or instances; seeded by :func:`dataset_seed` from the seed,
+    the dataset and the instance set) serves every pair of a comparison set, which also gets
+    its TOST p-values against ``margin``. Datasets with fewer than two configurations are skipped.
     """
     out = {}
     for key, data in datasets.items():
@@ -149,21 +182,45 @@ def pairwise_tests(datasets: Mapping[str, object], resamples: int, seed: int) ->
         p = np.full((size, size), np.nan)
         np.fill_diagonal(p, 0.5)
         instances = np.zeros((size, size), dtype=np.int64)
+        p_equivalent, delta_sd = np.full((size, size), np.nan), np.full((size, size), np.nan)
+        units = np.zeros((size, size), dtype=np.int64)
         for s, config in enumerate(configs):
             own = data.stacked([config], list(data.ids[config]))[0]
             f1[s, s] = observed_f1(own[None])[0]
             instances[s, s] = own.shape[0]
         for found in comparison_sets([data.ids[c] for c in configs]):
-            stats = data.stacked([configs[n] for n in found.configs], found.ids)
-            counts = resample_counts(len(found.ids), resamples, dataset_seed(seed, key, found.ids))
+            stats = resampling_units(data.stacked([configs[n] for n in found.configs], found.ids), found.ids, unit)
+            counts = resample_counts(stats.shape[1], resamples, dataset_seed(seed, key, found.ids))
             result = all_pairs_bootstrap(stats, counts)
+            tost, sd = all_pairs_tost(result.boot_f1, margin)
             i, j = np.array(found.pairs, dtype=np.int64).T
             a, b = np.searchsorted(found.configs, i), np.searchsorted(found.configs, j)  # configs is sorted
             f1[i, j], f1[j, i] = result.f1[a], result.f1[b]
             p[i, j], p[j, i] = result.p_value[a, b], result.p_value[b, a]
+            p_equivalent[i, j] = p_equivalent[j, i] = tost[a, b]
+            delta_sd[i, j] = delta_sd[j, i] = sd[a, b]
             instances[i, j] = instances[j, i] = len(found.ids)
-        out[key] = PairwiseTests(key, configs, f1, p, instances)
+            units[i, j] = units[j, i] = stats.shape[1]
+        out[key] = PairwiseTests(key, configs, f1, p, instances, p_equivalent, delta_sd, units)
     return out
+
+
+def _family_pieces(
+    tests: Mapping[str, PairwiseTests], method: str, value
+) -> tuple[np.ndarray, list[tuple[str, np.ndarray, np.ndarray]]]:
+    """The family of every tested unordered pair on every dataset: ``value(test, i, j)`` per pair,
+    adjusted together by ``method``, with each dataset's (key, i, j) to place them back."""
+    if method not in CORRECTIONS:
+        raise ValueError(f"unknown correction {method!r}; choose one of {sorted(CORRECTIONS)}")
+    pieces, layout = [], []
+    for key, test in tests.items():
+        upper_i, upper_j = np.triu_indices(len(test.configs), 1)
+        keep = test.tested[upper_i, upper_j]
+        upper_i, upper_j = upper_i[keep], upper_j[keep]
+        pieces.append(value(test, upper_i, upper_j))
+        layout.append((key, upper_i, upper_j))
+    adjusted = CORRECTIONS[method](np.concatenate(pieces)) if pieces and sum(map(len, pieces)) else np.array([])
+    return adjusted, layout
 
 
 def directional_adjusted(tests: Mapping[str, PairwiseTests], method: str) -> dict[str, np.ndarray]:
@@ -174,17 +231,7 @@ def directional_adjusted(tests: Mapping[str, PairwiseTests], method: str) -> dic
     (both get it on an exact tie), so ``classify_outcome(A, A.T)`` reads the outcome.
     Untested pairs (no shared instance) stay out of the family and keep NaN.
     """
-    if method not in CORRECTIONS:
-        raise ValueError(f"unknown correction {method!r}; choose one of {sorted(CORRECTIONS)}")
-    pieces, layout = [], []
-    for key, test in tests.items():
-        upper_i, upper_j = np.triu_indices(len(test.configs), 1)
-        keep = test.tested[upper_i, upper_j]
-        upper_i, upper_j = upper_i[keep], upper_j[keep]
-        p = test.p_value
-        pieces.append(np.minimum(p[upper_i, upper_j], p[upper_j, upper_i]))
-        layout.append((key, upper_i, upper_j))
-    adjusted = CORRECTIONS[method](np.concatenate(pieces)) if pieces and sum(map(len, pieces)) else np.array([])
+    adjusted, layout = _family_pieces(tests, method, lambda t, i, j: np.minimum(t.p_value[i, j], t.p_value[j, i]))
     out, start = {}, 0
     for key, upper_i, upper_j in layout:
         test = tests[key]
@@ -201,16 +248,42 @@ def directional_adjusted(tests: Mapping[str, PairwiseTests], method: str) -> dic
     return out
 
 
+def equivalence_adjusted(tests: Mapping[str, PairwiseTests], method: str) -> dict[str, np.ndarray]:
+    """Adjusted TOST p-matrices (symmetric) over the family of every tested unordered pair on every dataset.
+
+    The equivalence tests form their own family of the same pairs, corrected by the same method.
+    Untested pairs and tests without TOST p-values keep NaN.
+    """
+    adjusted, layout = _family_pieces(tests, method, lambda t, i, j: _tost(t)[i, j])
+    out, start = {}, 0
+    for key, upper_i, upper_j in layout:
+        matrix = np.full((len(tests[key].configs),) * 2, np.nan)
+        matrix[upper_i, upper_j] = matrix[upper_j, upper_i] = adjusted[start : start + upper_i.size]
+        start += upper_i.size
+        out[key] = matrix
+    return out
+
+
 def outcome_table(
-    configs: Sequence[str], p_better: np.ndarray, alpha: float, tested: np.ndarray | None = None
+    configs: Sequence[str],
+    p_better: np.ndarray,
+    alpha: float,
+    tested: np.ndarray | None = None,
+    p_equivalent: np.ndarray | None = None,
 ) -> pd.DataFrame:
     """Configs x configs outcomes of row vs column from a one-sided p-matrix.
 
-    Off-diagonal pairs outside ``tested`` (no shared instance) get :data:`UNTESTED`: they count in no outcome.
+    With ``p_equivalent`` (TOST p-values) the four verdicts of :mod:`src.scoring.verdicts`;
+    without, the study's three-way reading (``equal``: p >= alpha both ways). Off-diagonal
+    pairs outside ``tested`` (no shared instance) get :data:`UNTESTED`: they count in no outcome.
     """
     p_better = np.asarray(p_better, dtype=np.float64)
     known = np.nan_to_num(p_better, nan=0.5)
-    values = classify_outcome(known, known.T, alpha).astype(object)
+    if p_equivalent is None:
+        values = classify_outcome(known, known.T, alpha).astype(object)
+    else:
+        values = classify_verdict(known, known.T, p_equivalent, alpha)
+        np.fill_diagonal(values, "equivalent")
     if tested is not None:
         untested = ~np.asarray(tested, dtype=bool)
         np.fill_diagonal(untested, False)
@@ -223,16 +296,25 @@ def outcome_tables(
     alpha: float,
     correction: str,
     adjusted: Mapping[str, np.ndarray] | None = None,
+    equivalence: Mapping[str, np.ndarray] | None = None,
 ) -> dict[str, dict[str, pd.DataFrame]]:
-    """``{"none": {key: table}, correction: {key: table}}``: raw and corrected outcomes side by side.
+    """``{"none": {key: table}, correction: {key: table}}``: raw and corrected verdicts side by side.
 
-    ``adjusted`` is :func:`directional_adjusted` of ``tests`` when already computed.
+    ``adjusted`` is :func:`directional_adjusted` of ``tests`` and ``equivalence``
+    :func:`equivalence_adjusted` when already computed; the corrected verdicts use both.
     """
     adjusted = directional_adjusted(tests, correction) if adjusted is None else adjusted
+    equivalence = equivalence_adjusted(tests, correction) if equivalence is None else equivalence
     return {
-        "none": {k: outcome_table(t.configs, t.p_value, alpha, t.tested) for k, t in tests.items()},
-        correction: {k: outcome_table(t.configs, adjusted[k], alpha, t.tested) for k, t in tests.items()},
+        "none": {k: outcome_table(t.configs, t.p_value, alpha, t.tested, _tost(t)) for k, t in tests.items()},
+        correction: {
+            k: outcome_table(t.configs, adjusted[k], alpha, t.tested, equivalence[k]) for k, t in tests.items()
+        },
     }
+
+
+def _tost(test: PairwiseTests) -> np.ndarray:
+    return test.p_equivalent if test.p_equivalent is not None else np.full_like(test.p_value, np.nan)
 
 
 @dataclass
@@ -244,7 +326,8 @@ class ComparisonFamily:
         configs: the family's configurations.
         tests: dataset key -> tests (datasets with at least two of the configurations).
         p_adjusted: dataset key -> adjusted one-sided p-matrix (:func:`directional_adjusted`).
-        outcomes: ``{"none": ..., correction: ...}`` outcome tables (:func:`outcome_tables`).
+        outcomes: ``{"none": ..., correction: ...}`` verdict tables (:func:`outcome_tables`).
+        equivalence_adjusted: dataset key -> adjusted TOST p-matrix (:func:`equivalence_adjusted`).
     """
 
     name: str
@@ -252,6 +335,7 @@ class ComparisonFamily:
     tests: dict[str, PairwiseTests]
     p_adjusted: dict[str, np.ndarray]
     outcomes: dict[str, dict[str, pd.DataFrame]]
+    equivalence_adjusted: dict[str, np.ndarray] = field(default_factory=dict)
 
     @property
     def pairs(self) -> int:
@@ -266,9 +350,13 @@ def comparison_family(
     seed: int,
     alpha: float,
     correction: str,
+    margin: float = DEFAULT_MARGIN,
+    unit: str = DOCUMENT,
 ) -> ComparisonFamily:
     """Every pairwise test among ``configs`` on each dataset (``datasets`` values have ``subset``), corrected together."""
     chosen = {key: data.subset(configs) for key, data in datasets.items()}
-    tests = pairwise_tests({k: d for k, d in chosen.items() if len(d.configs) >= 2}, resamples, seed)
+    tests = pairwise_tests({k: d for k, d in chosen.items() if len(d.configs) >= 2}, resamples, seed, margin, unit)
     adjusted = directional_adjusted(tests, correction)
-    return ComparisonFamily(name, list(configs), tests, adjusted, outcome_tables(tests, alpha, correction, adjusted))
+    equivalence = equivalence_adjusted(tests, correction)
+    outcomes = outcome_tables(tests, alpha, correction, adjusted, equivalence)
+    return ComparisonFamily(name, list(configs), tests, adjusted, outcomes, equivalence)

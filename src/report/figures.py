@@ -32,7 +32,8 @@ if TYPE_CHECKING:
     from src.report.rq import Correlation
 
 matplotlib.rcParams["svg.hashsalt"] = "tempgen"
-OUTCOME_COLORS = {"better": "#2a9d4b", "equal": "#b8b8b8", "worse": "#d1495b"}
+#: The four verdicts (src/scoring/verdicts.py): equivalent is shown, inconclusive is grey (the test could not tell).
+OUTCOME_COLORS = {"better": "#2a9d4b", "equivalent": "#6aa6d6", "inconclusive": "#d9d9d9", "worse": "#d1495b"}
 ERROR_COLORS = {"missing": "#3d6fb6", "spurious": "#e39b2d", "boundary": "#8e5ea2"}
 TASK_LINES = {"timex": "-", "eventx": "--", "comp": ":"}
 
@@ -93,7 +94,7 @@ def _correction_grid(corrections: list[str], panels: list, labels: list, panel_w
 
 
 def rq1_bars(rq1: pd.DataFrame, stem: Path, correction: str) -> list[Path]:
-    """Share of better/equal/worse on each target among pairs better on the reference."""
+    """Share of better/equivalent/inconclusive/worse on each target among pairs better on the reference."""
     if rq1.empty or rq1["pairs"].sum() == 0:
         return []
     groups = list(dict.fromkeys(rq1["group"]))
@@ -146,7 +147,7 @@ def rq2_heatmaps(correlations: Mapping[str, Correlation], stem: Path) -> list[Pa
 def outcome_bars_by_dimension(
     table: pd.DataFrame, label_column: str, stem: Path, correction: str, title: str
 ) -> list[Path]:
-    """Stacked better/equal/worse bars per label, one panel per dimension, raw and corrected rows."""
+    """Stacked verdict bars (better/equivalent/inconclusive/worse) per label, one panel per dimension, raw and corrected rows."""
     if table.empty or table["pairs"].sum() == 0:
         return []
     totals = table.groupby("dimension", sort=False)["pairs"].sum()

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from src.report.comparisons import CORRECTION_NAMES
+from src.report.uncertainty import family_mdd
 from src.study import strategy_groups
 
 if TYPE_CHECKING:
@@ -29,8 +30,31 @@ class Finding:
     table: str  # the table's path relative to the report
 
 
-def _method(analysis: Analysis, test: str = TEST) -> str:
-    return f"{test}, {CORRECTION_NAMES.get(analysis.correction, analysis.correction)}"
+def _method(analysis: Analysis, test: str = TEST, keys=None) -> str:
+    return f"{test}, {CORRECTION_NAMES.get(analysis.correction, analysis.correction)}{power_clause(analysis, keys)}"
+
+
+def power_clause(analysis: Analysis, keys=None, family: str | None = None) -> str:
+    """``; minimum detectable difference 0.081 ...``: the median MDD of the comparisons behind a finding,
+    and when it exceeds the equivalence margin, that they are underpowered."""
+    mdd = family_mdd(analysis.power, family or analysis.prompted.name, keys)
+    if mdd != mdd:  # NaN: no paired comparison behind the finding
+        return ""
+    settings = analysis.settings
+    clause = f"; minimum detectable difference {mdd:.3f} F1 at {settings.power:.0%} power"
+    if mdd > settings.margin:
+        clause += f", underpowered for differences of the {settings.margin} margin"
+    return clause
+
+
+def corrected_rows(analysis: Analysis, table: pd.DataFrame, **match: str) -> pd.DataFrame:
+    """The rows of an RQ table under the analysis's correction whose columns equal ``match`` (empty if none)."""
+    if table.empty:
+        return table
+    keep = table["correction"] == analysis.correction
+    for column, value in match.items():
+        keep &= table[column] == value
+    return table[keep]
 
 
 def best_configuration(analysis: Analysis) -> Finding | None:
@@ -51,7 +75,7 @@ def best_configuration(analysis: Analysis) -> Finding | None:
             wins += bool(others) and all(table.loc[best, c] == "better" for c in others)
     return Finding(
         f"{best} has the highest F1 on {int(counts.iloc[0])} of {len(keys)} sets and is significantly better than "
-        f"every other prompted configuration on {wins} of them ({_method(analysis)}).",
+        f"every other prompted configuration on {wins} of them ({_method(analysis, keys=keys)}).",
         "tables/heatmap_f1.csv",
     )
 
@@ -89,16 +113,15 @@ def inductive_vs_not(analysis: Analysis) -> Finding | None:
 
 def carry_over(analysis: Analysis) -> Finding | None:
     """RQ1 pooled: of the pairs better on base, the share still better on the shifted sets."""
-    table = analysis.rq1
-    if table.empty:
-        return None
-    rows = table[(table["group"] == "all") & (table["target"] == "all") & (table["correction"] == analysis.correction)]
+    rows = corrected_rows(analysis, analysis.rq1, group="all", target="all")
     if rows.empty or rows.iloc[0]["pairs"] == 0:
         return None
     row = rows.iloc[0]
     return Finding(
         f"Of {int(row['pairs'])} (pair, shifted set) cases significantly better on base, {100 * row['better']:.0f}% "
-        f"stay significantly better on the shifted set and {100 * row['worse']:.0f}% turn worse ({_method(analysis)}).",
+        f"stay significantly better on the shifted set, {100 * row['worse']:.0f}% turn worse, "
+        f"{100 * row['equivalent']:.0f}% are shown equivalent and {100 * row['inconclusive']:.0f}% are inconclusive "
+        f"(the study's reading: {100 * row['study_almost_equal']:.0f}% almost equal; {_method(analysis)}).",
         "tables/rq1_transfer.csv",
     )
 
@@ -115,17 +138,30 @@ def gap_finding(analysis: Analysis, gaps: pd.DataFrame) -> Finding | None:
     return Finding(
         f"F1 drops from base to the shifted set in {len(drops)} of {len(gaps)} (configuration, set) cells, "
         f"significantly in {significant}; the largest mean change is on {worst} ({by_dimension[worst]:+.3f}) "
-        f"(bootstrap of the gap, {CORRECTION_NAMES.get(analysis.correction, analysis.correction)}).",
+        f"(bootstrap of the gap, {CORRECTION_NAMES.get(analysis.correction, analysis.correction)}"
+        f"{_gap_power(analysis, gaps)}).",
         "tables/generalization_gap.csv",
+    )
+
+
+def _gap_power(analysis: Analysis, gaps: pd.DataFrame) -> str:
+    """The gap tests' median MDD (``tables/generalization_gap.csv``: two-sided, alpha / 2 per side)."""
+    if "mdd" not in gaps.columns or gaps["mdd"].isna().all():
+        return ""
+    mdd = float(gaps["mdd"].median())
+    clause = f"; minimum detectable difference {mdd:.3f} F1 at {analysis.settings.power:.0%} power"
+    return clause + (
+        f", underpowered for differences of the {analysis.settings.margin} margin"
+        if mdd > analysis.settings.margin
+        else ""
     )
 
 
 def strongest_pair(analysis: Analysis) -> Finding | None:
     """The strategy pair with the most one-sided significant outcomes over (model, dataset) cells."""
-    pairs = analysis.strategy_pairs
-    if pairs.empty:
+    rows = corrected_rows(analysis, analysis.strategy_pairs, dimension="all")
+    if rows.empty:
         return None
-    rows = pairs[(pairs["dimension"] == "all") & (pairs["correction"] == analysis.correction)]
     rows = rows[(rows["n_better"] + rows["n_worse"]) > 0]
     if rows.empty:
         return None
@@ -136,7 +172,8 @@ def strongest_pair(analysis: Analysis) -> Finding | None:
     if losses > wins:
         a, b, wins, losses = b, a, losses, wins
     return Finding(
-        f"Strategy {a} beats {b} in {wins} of {int(row['pairs'])} (model, dataset) cells and loses in {losses} "
+        f"Strategy {a} beats {b} in {wins} of {int(row['pairs'])} (model, dataset) cells, loses in {losses}, is shown "
+        f"equivalent in {int(row['n_equivalent'])} and inconclusive in {int(row['n_inconclusive'])} "
         f"({_method(analysis)}).",
         "tables/rq3_strategy_pairs.csv",
     )

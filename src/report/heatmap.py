@@ -24,8 +24,11 @@ import pandas as pd
 from src.config import values
 from src.config.locate import config_default
 from src.report import comparisons, rq
+from src.rounding import rounded
 from src.runs.verdict import WATCHED
+from src.scoring.clustered import resampling_units
 from src.scoring.stats import bootstrap_f1, observed_f1, p_better, resample_counts, two_sided
+from src.scoring.verdicts import EQUIVALENT, INCONCLUSIVE, minimum_detectable_difference, tost_p
 from src.study import TASK_ORDER
 
 if TYPE_CHECKING:
@@ -33,6 +36,7 @@ if TYPE_CHECKING:
 
 FLAG = "\u26a0"  # ⚠
 SIGNIFICANT, RAW_ONLY = "*", "\u00b0"  # corrected p < alpha; raw p < alpha only
+EQUIVALENT_MARK = "\u2248"  # ≈: shown equivalent (corrected TOST p < alpha)
 CMAP = "RdYlGn"
 
 
@@ -220,14 +224,17 @@ def generalization_gap(analysis: Analysis) -> pd.DataFrame:
             f1_tgt = logged.loc[config, target] if target in logged.columns else np.nan
             ids_ref, ids_tgt = ref.ids[config], tgt.ids[config]
             generator = comparisons.dataset_seed(analysis.seed, f"{reference}>{target}", [config])
+            unit = analysis.settings.unit
             if set(ids_ref) == set(ids_tgt):
-                counts = resample_counts(len(ids_tgt), analysis.resamples, generator)
                 a, b = ref.stacked([config], ids_tgt)[0], tgt.stacked([config], ids_tgt)[0]
-                samples_ref, samples_tgt, paired = bootstrap_f1(a, counts), bootstrap_f1(b, counts), True
+                pair = resampling_units(np.stack([a, b]), ids_tgt, unit)
+                counts = resample_counts(pair.shape[1], analysis.resamples, generator)
+                samples_ref, samples_tgt, paired = bootstrap_f1(pair[0], counts), bootstrap_f1(pair[1], counts), True
             else:
                 a, b = ref.stats[config], tgt.stats[config]
-                samples_ref = bootstrap_f1(a, resample_counts(len(a), analysis.resamples, generator))
-                samples_tgt = bootstrap_f1(b, resample_counts(len(b), analysis.resamples, generator))
+                units_a, units_b = resampling_units(a, ids_ref, unit), resampling_units(b, ids_tgt, unit)
+                samples_ref = bootstrap_f1(units_a, resample_counts(len(units_a), analysis.resamples, generator))
+                samples_tgt = bootstrap_f1(units_b, resample_counts(len(units_b), analysis.resamples, generator))
                 paired = False
             if pd.isna(f1_ref):
                 f1_ref = float(observed_f1(a))
@@ -243,7 +250,13 @@ def generalization_gap(analysis: Analysis) -> pd.DataFrame:
                     "f1_shifted": f1_tgt,
                     "gap": f1_tgt - f1_ref,
                     "paired": paired,
+                    "mdd": rounded(  # the gap test is two-sided: alpha / 2 per side; rounded (matrix products)
+                        minimum_detectable_difference(
+                            np.std(samples_tgt - samples_ref), analysis.alpha / 2, analysis.settings.power
+                        )
+                    ),
                     "p_value": float(two_sided(p_better(samples_tgt - samples_ref))),
+                    "p_equivalent": float(tost_p(samples_tgt - samples_ref, analysis.settings.margin)),
                 }
             )
     columns = [
@@ -255,18 +268,28 @@ def generalization_gap(analysis: Analysis) -> pd.DataFrame:
         "f1_shifted",
         "gap",
         "paired",
+        "mdd",
         "p_value",
         f"p_{analysis.correction}",
+        "p_equivalent",
+        f"p_equivalent_{analysis.correction}",
+        f"verdict_{analysis.correction}",
         "mark",
     ]
     if not rows:
         return pd.DataFrame(columns=columns)
     table = pd.DataFrame(rows)
-    table[f"p_{analysis.correction}"] = comparisons.CORRECTIONS[analysis.correction](table["p_value"].to_numpy())
-    alpha = analysis.alpha
+    correct = comparisons.CORRECTIONS[analysis.correction]
+    c, alpha = analysis.correction, analysis.alpha
+    table[f"p_{c}"] = correct(table["p_value"].to_numpy())
+    table[f"p_equivalent_{c}"] = correct(table["p_equivalent"].to_numpy())
+    table[f"verdict_{c}"] = [
+        ("better" if gap > 0 else "worse") if adj < alpha else EQUIVALENT if eq < alpha else INCONCLUSIVE
+        for gap, adj, eq in zip(table["gap"], table[f"p_{c}"], table[f"p_equivalent_{c}"])
+    ]
     table["mark"] = [
-        SIGNIFICANT if adj < alpha else RAW_ONLY if raw < alpha else ""
-        for raw, adj in zip(table["p_value"], table[f"p_{analysis.correction}"])
+        SIGNIFICANT if adj < alpha else RAW_ONLY if raw < alpha else EQUIVALENT_MARK if verdict == EQUIVALENT else ""
+        for raw, adj, verdict in zip(table["p_value"], table[f"p_{c}"], table[f"verdict_{c}"])
     ]
     return table[columns]
 

@@ -14,7 +14,7 @@ import pandas as pd
 
 from src.report.analysis import Analysis
 from src.scoring.metrics import ERROR_TYPES
-from src.scoring.stats import OUTCOMES
+from src.scoring.verdicts import VERDICTS as OUTCOMES
 
 
 def f1_by_dataset(analysis: Analysis) -> pd.DataFrame:

@@ -17,8 +17,10 @@ from src.billing.ledger import usd
 from src.redact import redact_uris
 from src.report import rq
 from src.report.analysis import finetuned_pairs, history_table, instance_table
+from src.report.browser import compare_link
 from src.report.comparisons import CORRECTION_NAMES
 from src.report.tables import fmt, markdown_table, pct
+from src.report.uncertainty_prose import linked_pairs, resampling_lines
 from src.study import DATASETS, TASK_ORDER
 
 if TYPE_CHECKING:
@@ -45,8 +47,10 @@ def rq1_sentences(analysis: Analysis) -> list[str]:
             sentence = (
                 f"- **{group}, {name}**: over {len(links)} base-to-generalization links, "
                 f"{int(pooled['pairs'])} (pair, link) cases start significantly better on base; on the "
-                f"generalization set they stay better in {pct(pooled['better'])}, are almost equal in "
-                f"{pct(pooled['equal'])} and turn worse in {pct(pooled['worse'])}."
+                f"generalization set they stay better in {pct(pooled['better'])}, are shown equivalent in "
+                f"{pct(pooled['equivalent'])}, inconclusive in {pct(pooled['inconclusive'])} and turn worse in "
+                f"{pct(pooled['worse'])} (the study's reading calls {pct(pooled['study_almost_equal'])} "
+                "almost equal: equivalent and inconclusive together)."
             )
             defined = links[links["pairs"] > 0]
             if len(defined) > 1 and defined["better"].nunique() > 1:
@@ -83,6 +87,9 @@ def rq2_sentences(analysis: Analysis) -> list[str]:
             f"{int(np.sum(raw < analysis.alpha))} of {int(valid.sum())} dataset pairs have p < {analysis.alpha}, "
             f"{int(np.sum(adjusted < analysis.alpha))} after {CORRECTION_NAMES.get(analysis.correction)}."
         )
+        low, high = analysis.rq2_intervals.get(group, (float("nan"), float("nan")))
+        if low == low and high == high:  # not NaN
+            sentence += f" With whole documents resampled, the mean rho's 95% interval is [{fmt(low)}, {fmt(high)}]."
         if corr.reason:
             sentence += f" Missing values: {corr.reason}."
         lines.append(sentence)
@@ -103,10 +110,12 @@ def pair_sentences(table: pd.DataFrame, label, subject: str, corrections) -> lis
             continue
         best = rows.loc[rows["better"].idxmax()]
         worst = rows.loc[rows["worse"].idxmax()]
-        equal = rows["n_equal"].sum() / rows["pairs"].sum()
+        total = rows["pairs"].sum()
+        equivalent, inconclusive = rows["n_equivalent"].sum() / total, rows["n_inconclusive"].sum() / total
         sentence = (
-            f"- **{CORRECTION_NAMES.get(c, c)}**, summed over dimensions ({int(rows['pairs'].sum())} "
-            f"{subject}, {pct(equal)} almost equal): "
+            f"- **{CORRECTION_NAMES.get(c, c)}**, summed over dimensions ({int(total)} {subject}; "
+            f"{pct(equivalent)} shown equivalent, {pct(inconclusive)} inconclusive, together the study's "
+            f"{pct(equivalent + inconclusive)} almost equal): "
         )
         if best["better"] > 0:
             sentence += (
@@ -235,11 +244,17 @@ def method_lines(analysis: Analysis) -> list[str]:
         f"configurations scored on the same instances share one resample matrix of {analysis.resamples} rows, and a "
         "pair across two instance sets uses their intersection (one matrix per distinct intersection); the number "
         "of instances of every comparison is under *Instances per comparison*. i is *better* than j when "
-        f"p(i better) < {analysis.alpha}, *worse* when p(j better) < {analysis.alpha}, else *almost equal*.",
+        f"p(i better) < {analysis.alpha}, *worse* when p(j better) < {analysis.alpha}, else *equivalent* when "
+        f"two one-sided tests (TOST) show |F1_i - F1_j| < {analysis.settings.margin} (the equivalence margin: the "
+        f"{100 - 200 * analysis.alpha:.0f}% interval of the difference lies inside "
+        f"+-{analysis.settings.margin}), else *inconclusive*: the test could not tell. The study read every pair "
+        "that is neither better nor worse as *almost equal*; that reading is shown beside the verdicts "
+        "(equivalent + inconclusive), so the share of its almost-equal pairs that are merely inconclusive is visible.",
         f"- {name} adjusts the p-value of each pair's observed direction over the family of all pairwise tests "
-        f"of prompted configurations on all datasets ({analysis.prompted.pairs} tests); the fine-tuned models' "
-        f"comparisons are a family of their own ({analysis.finetuned.pairs} tests). Its outcomes are shown beside "
-        "the raw ones.",
+        f"of prompted configurations on all datasets ({analysis.prompted.pairs} tests), and the TOST p-values "
+        f"over the same pairs; the fine-tuned models' comparisons are a family of their own "
+        f"({analysis.finetuned.pairs} tests). Its verdicts are shown beside the raw ones.",
+        *resampling_lines(analysis),
         "- RQ1 follows ordered pairs better on a base set to each generalization set of the same task "
         "(comp/base to both timex/base and eventx/base); a pair belongs to a group when both configurations do, "
         "and counts on a link when it was tested on both sets.",
@@ -290,12 +305,17 @@ def finetuned_lines(analysis: Analysis, tables: Mapping[str, Path]) -> list[str]
     counts = []
     for correction, column in (("none", "outcome"), (c, f"outcome_{c}")):
         significant = int(pairs[column].isin(["better", "worse"]).sum())
-        counts.append(f"{significant} significant with {CORRECTION_NAMES.get(correction, correction)}")
+        equivalent = int((pairs[column] == "equivalent").sum())
+        counts.append(
+            f"{significant} significant and {equivalent} shown equivalent with {CORRECTION_NAMES.get(correction, correction)}"
+        )
     lines += [
         f"Paired bootstrap of fine-tuned model a vs b on each dataset, on the instances both were scored on "
         f"(column `instances`): {len(pairs)} tests over {len(family.tests)} datasets, " + " and ".join(counts) + ".",
         "",
-        tables["finetuned_pairwise"].with_suffix(".md").read_text(encoding="utf-8"),
+        markdown_table(
+            linked_pairs(pairs, c, compare_link(Path(tables["finetuned_pairwise"]).parent.parent)), index=False
+        ),
         "",
     ]
     return lines
@@ -348,11 +368,30 @@ def history_page(analysis: Analysis) -> str:
             "uncommitted changes (commit ending in `-dirty`), so their commit alone does not reproduce them.",
             "",
         ]
-    lines += usage_lines(results.usage)
+    lines += usage_lines(results.usage) + rewriting_lines(results.rewriting_usage)
     table["run_id"] = [run_link(results.tracking_uri, results.experiment_id, r) if r else "" for r in table["run_id"]]
     table["git_commit"] = [f"`{c}`" if isinstance(c, str) else c for c in table["git_commit"]]
     table.insert(0, "key", [f"`{k}`" for k in results.runs.get("key", pd.Series("", index=table.index))])
     return "\n".join(lines + [markdown_table(table), ""])
+
+
+def rewriting_lines(usage: dict[str, float]) -> list[str]:
+    """What the paid rewriting stages (``adv_p`` with an API generator) sent and spent: their history
+    files summed; the sweep's cap covered them (one ledger)."""
+    if not usage:
+        return []
+
+    def count(name: str) -> str:
+        return f"{int(usage.get(name, 0)):,}"
+
+    return [
+        f"**Rewriting** (the {count('runs')} `adv_p` stages with an API generator, as each logged its spend): "
+        f"{count('requests')} requests, of which {count('sent')} sent ({count('attempts')} attempts, "
+        f"{count('retried')} of them retries), {count('cached')} answered from the cache; "
+        f"{count('prompt_tokens')} prompt and {count('completion_tokens')} completion tokens; new cost "
+        f"{usd(usage.get('cost', 0.0))}, reserved in the sweep's ledger beside the runs.",
+        "",
+    ]
 
 
 def usage_lines(usage: dict[str, float]) -> list[str]:

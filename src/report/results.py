@@ -107,6 +107,7 @@ class RunResults:
         checked: the runs were read through summaries and their provenance checked (:func:`load_results`).
         instances: ``(config, task, dataset)`` -> the predictions rows (gold, predictions, raw output...).
         usage: requests, tokens and cost summed over the summaries (:func:`sweep_usage`); empty if none reported.
+        rewriting_usage: the same for the paid rewriting stages (``history/derive``, :func:`rewriting_usage`).
     """
 
     runs: pd.DataFrame
@@ -119,6 +120,7 @@ class RunResults:
     checked: bool = False
     instances: dict[tuple[str, str, str], list[dict]] = field(default_factory=dict)
     usage: dict[str, float] = field(default_factory=dict)
+    rewriting_usage: dict[str, float] = field(default_factory=dict)
 
 
 def ordered_keys(keys) -> list[str]:

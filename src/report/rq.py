@@ -3,7 +3,9 @@
 They read the pairwise comparisons of :mod:`src.report.comparisons`.
 
 * RQ1: for ordered pairs (i, j) with i significantly better than j on a reference
-  (base) dataset, the share of pairs where i is better / equal / worse on a target.
+  (base) dataset, the share of pairs where i is better / equivalent / inconclusive / worse
+  on a target (:mod:`src.scoring.verdicts`), with the study's "almost equal" (equivalent +
+  inconclusive) beside them.
 * RQ2: dataset-by-dataset Spearman matrices of configurations' F1.
 * RQ3: strategy pairs over models, MoE vs dense within a family, size curves, error types.
 """
@@ -20,11 +22,8 @@ import pandas as pd
 from src.report.comparisons import CORRECTIONS
 from src.report.results import ordered_keys
 from src.scoring.metrics import ERROR_TYPES
-from src.scoring.stats import (
-    OUTCOMES,
-    spearman,
-    spearman_matrix,
-)
+from src.scoring.stats import spearman, spearman_matrix
+from src.scoring.verdicts import EQUIVALENT, INCONCLUSIVE, VERDICTS as OUTCOMES
 from src.study import STRATEGY_ORDER
 
 MIN_RANKED = 3
@@ -51,7 +50,40 @@ def _shares(counts: Mapping[str, int]) -> dict:
     for outcome in OUTCOMES:
         row[outcome] = counts[outcome] / total if total else float("nan")
         row[f"n_{outcome}"] = counts[outcome]
+    study = counts[EQUIVALENT] + counts[INCONCLUSIVE]
+    row["study_almost_equal"] = study / total if total else float("nan")
+    row["n_study_almost_equal"] = study
     return row
+
+
+@dataclass(frozen=True)
+class Cells:
+    """An outcome table as an array with its names' positions: scalar and block reads without pandas indexing
+    (at paper scale RQ1 and RQ3 read tens of thousands of cells)."""
+
+    names: list[str]
+    position: dict[str, int]
+    values: np.ndarray
+
+    def get(self, row: str | None, column: str | None) -> str | None:
+        """The outcome of ``row`` vs ``column``; None when either is not in the table."""
+        i, j = self.position.get(row), self.position.get(column)
+        return None if i is None or j is None else self.values[i, j]
+
+    def block(self, names: Sequence[str]) -> np.ndarray:
+        index = np.array([self.position[n] for n in names], dtype=np.int64)
+        return self.values[np.ix_(index, index)]
+
+
+def cells(table: pd.DataFrame) -> Cells:
+    """The table's :class:`Cells`, built once per table (kept in ``table.attrs``: RQ1 and RQ3 read each often)."""
+    found = table.attrs.get("cells")
+    if isinstance(found, Cells) and found.values.shape == table.shape:
+        return found
+    names = [str(n) for n in table.index]
+    made = Cells(names, {n: k for k, n in enumerate(names)}, table.to_numpy())
+    table.attrs["cells"] = made
+    return made
 
 
 def rq1_transfer(
@@ -66,16 +98,14 @@ def rq1_transfer(
     share there). The row ``target="all"`` pools every link.
     """
     rows = []
+    tables = {key: cells(outcomes[key]) for link in links for key in link}
     for group, members in groups.items():
         pooled = dict.fromkeys(OUTCOMES, 0)
         members = set(members)
         for reference, target in links:
-            ref, tgt = outcomes[reference], outcomes[target]
-            scored = set(tgt.index)
-            common = [c for c in ref.index if c in scored and c in members]
-            ref_values = ref.loc[common, common].to_numpy()
-            tgt_values = tgt.loc[common, common].to_numpy()
-            chosen = tgt_values[ref_values == "better"]
+            ref, tgt = tables[reference], tables[target]
+            common = [c for c in ref.names if c in tgt.position and c in members]
+            chosen = tgt.block(common)[ref.block(common) == "better"]
             counts = {o: int(np.count_nonzero(chosen == o)) for o in OUTCOMES}
             for o in OUTCOMES:
                 pooled[o] += counts[o]
@@ -192,23 +222,34 @@ def rq3_strategy_pairs(
     prompted = _prompted(runs)
     strategies = sorted(set(prompted["strategy"]), key=_strategy_rank)
     by_model = {m: dict(zip(g["strategy"], g.index)) for m, g in prompted.groupby("model")}
+    tables = {key: cells(table) for key, table in outcomes.items()}
     rows = []
     for a, b in itertools.combinations(strategies, 2):
         counts_by_dimension, models = {}, set()
         for dimension, keys in dimensions.items():
             counts = dict.fromkeys(OUTCOMES, 0)
             for key in keys:
-                table = outcomes.get(key)
+                table = tables.get(key)
                 if table is None:
                     continue
                 for model, configs in by_model.items():
-                    ca, cb = configs.get(a), configs.get(b)
-                    if ca in table.index and cb in table.index and table.loc[ca, cb] in counts:
-                        counts[table.loc[ca, cb]] += 1
+                    value = table.get(configs.get(a), configs.get(b))
+                    if value in counts:
+                        counts[value] += 1
                         models.add(model)
             counts_by_dimension[dimension] = counts
         rows += _dimension_rows({"strategy_a": a, "strategy_b": b}, counts_by_dimension, {"models": len(models)})
-    columns = ["strategy_a", "strategy_b", "dimension", "pairs", *OUTCOMES, *(f"n_{o}" for o in OUTCOMES), "models"]
+    columns = [
+        "strategy_a",
+        "strategy_b",
+        "dimension",
+        "pairs",
+        *OUTCOMES,
+        *(f"n_{o}" for o in OUTCOMES),
+        "study_almost_equal",
+        "n_study_almost_equal",
+        "models",
+    ]
     return pd.DataFrame(rows, columns=columns)
 
 
@@ -220,6 +261,7 @@ def rq3_dense_vs_moe(
     Returns the table and, when no family has both architectures, the reason it is empty.
     """
     prompted = _prompted(runs)
+    tables = {key: cells(table) for key, table in outcomes.items()}
     rows = []
     for family, group in prompted.groupby("family"):
         moe = group[group["architecture"] == "moe"]
@@ -231,10 +273,11 @@ def rq3_dense_vs_moe(
         for dimension, keys in dimensions.items():
             counts = dict.fromkeys(OUTCOMES, 0)
             for key in keys:
-                table = outcomes.get(key)
+                table = tables.get(key)
                 for m, d in pairs:
-                    if table is not None and m in table.index and d in table.index and table.loc[m, d] in counts:
-                        counts[table.loc[m, d]] += 1
+                    value = table.get(m, d) if table is not None else None
+                    if value in counts:
+                        counts[value] += 1
             counts_by_dimension[dimension] = counts
         label = {
             "family": family,

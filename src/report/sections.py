@@ -17,7 +17,15 @@ import pandas as pd
 from src.report.analysis import instance_table
 from src.report.browser import pages_with
 from src.report.findings import Finding
-from src.report.heatmap import FLAG, RAW_ONLY, SIGNIFICANT, flags_of, gap_matrix, run_warn_rates
+from src.report.heatmap import (
+    EQUIVALENT_MARK,
+    FLAG,
+    RAW_ONLY,
+    SIGNIFICANT,
+    flags_of,
+    gap_matrix,
+    run_warn_rates,
+)
 from src.report.prose import (
     CORRECTION_NAMES,
     error_sentences,
@@ -32,6 +40,7 @@ from src.report.prose import (
 )
 from src.report.tables import compact_table, configurations_table, markdown_table
 from src.runs.verdict import WATCHED
+from src.scoring.verdicts import VERDICTS
 from src.study import PRIMARY_SCORER, TASK_ORDER
 
 if TYPE_CHECKING:
@@ -153,9 +162,10 @@ def gap_lines(analysis: Analysis, tables: Mapping[str, Path]) -> list[str]:
     name = CORRECTION_NAMES.get(analysis.correction, analysis.correction)
     return [
         f"F1 on the shifted set minus F1 on its base set, per configuration. {SIGNIFICANT}: significant after {name} "
-        f"over all {len(gaps)} gap cells (alpha = {analysis.alpha}); {RAW_ONLY}: raw p < alpha only. Bootstrap of "
-        "the gap, paired where both sets hold the same instances, two-sample otherwise "
-        f"([table](tables/{Path(path).name})).",
+        f"over all {len(gaps)} gap cells (alpha = {analysis.alpha}); {RAW_ONLY}: raw p < alpha only; "
+        f"{EQUIVALENT_MARK}: shown equivalent (TOST within +-{analysis.settings.margin}, {name}); no mark: "
+        "inconclusive, not equal. Bootstrap of the gap, paired where both sets hold the same instances, two-sample "
+        f"otherwise ([table](tables/{Path(path).name}), with each cell's verdict and minimum detectable difference).",
         "",
         compact_table(gap_matrix(gaps)),
         "",
@@ -220,7 +230,8 @@ def results_section(page: Page) -> list[str]:
     lines = [
         "## Results per dataset",
         "",
-        "F1 (word-LCS micro-F1) with its 95% bootstrap interval, as logged in MLflow.",
+        "F1 (word-LCS micro-F1, as logged in MLflow) with the analysis's 95% bootstrap interval "
+        "(see Methods for the resampling unit; the instance-level interval is in the per-dataset CSVs).",
         "",
     ]
     for task in TASK_ORDER:
@@ -262,7 +273,10 @@ def instances_section(page: Page) -> list[str]:
 def _by_correction(frame: pd.DataFrame, index: list[str]) -> pd.DataFrame:
     """Outcome counts with one column per (count, correction), the correction by its report name."""
     pivot = frame.pivot_table(
-        index=index, columns="correction", values=["pairs", "better", "equal", "worse"], sort=False
+        index=index,
+        columns="correction",
+        values=["pairs", *VERDICTS, "study_almost_equal"],
+        sort=False,
     )
     pivot.columns = [f"{value} ({CORRECTION_NAMES.get(corr, corr)})" for value, corr in pivot.columns]
     return pivot

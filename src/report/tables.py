@@ -25,6 +25,8 @@ DETAIL_METRICS = (
     "f1",
     "f1_ci_low",
     "f1_ci_high",
+    "f1_ci_low_instance",
+    "f1_ci_high_instance",
     "precision",
     "recall",
     "strict_f1",
@@ -135,7 +137,7 @@ def compact_table(table: pd.DataFrame, index: bool = True, digits: int = 3, keep
 
 
 def with_ci(scores: pd.DataFrame, configs: list[str], keys: list[str] | None = None) -> pd.DataFrame:
-    """Configs x datasets cells ``F1 [low, high]`` from the logged metrics."""
+    """Configs x datasets cells ``F1 [low, high]``: the logged F1 with the analysis's interval."""
     f1 = rq.score_table(scores, configs, "f1")
     low = rq.score_table(scores, configs, "f1_ci_low").reindex(index=f1.index, columns=f1.columns)
     high = rq.score_table(scores, configs, "f1_ci_high").reindex(index=f1.index, columns=f1.columns)
@@ -243,6 +245,13 @@ def write_tables(analysis: Analysis, directory: Path) -> dict[str, Path]:
         written["size_curves"] = _write(analysis.size_curves, directory, "rq3_size_curves", index=False)
         written["size_trend"] = _write(analysis.size_trend, directory, "rq3_size_trend", index=False)
     written["error_types"] = _write(analysis.errors, directory, "error_types", index=False)
+    if not analysis.power.empty:
+        written["power"] = _write(analysis.power, directory, "power", index=False)
+    if not analysis.widths.empty:
+        written["interval_widths"] = _write(analysis.widths.attrs["ratios"], directory, "interval_widths", index=False)
+        written["intervals"] = _write(analysis.widths, directory, "intervals", index=False, markdown=False)
+    if not analysis.robustness.empty:
+        written["robustness"] = _write(analysis.robustness, directory, "robustness", index=False)
     flags = heatmap.flags_of(results)
     written["heatmap_f1"] = _write(
         heatmap.heatmap_long(heatmap.f1_grid(analysis), flags, results.runs),

@@ -17,6 +17,7 @@ from src.report.browser import page_name, pages_with
 from src.report.findings import findings
 from src.report.heatmap import f1_grid, flags_of, heatmap_html
 from src.report.prose import provenance_lines
+from src.report.robustness_section import power_section, robustness_section
 from src.report.sections import (
     Page,
     configurations_section,
@@ -37,22 +38,26 @@ if TYPE_CHECKING:
     from src.report.analysis import Analysis
 
 
-def build_report(
-    analysis: Analysis,
-    drawn: Mapping[str, list[Path]],
-    tables: Mapping[str, Path],
-    out: Path,
-    profile: str | None = None,
-) -> str:
+def build_report(page: Page, profile: str | None = None) -> str:
     """The report's markdown text: headline (what ran, findings, heatmap, gaps), then methods and full tables."""
-    page = Page(analysis, drawn, tables, out)
+    analysis, tables = page.analysis, page.tables
     gaps = read_gaps(tables.get("generalization_gap"))
     lines = ["# Temporal extraction generalization study: results", ""]
     lines += header_lines(analysis, profile)
     lines += ["## Findings", ""] + finding_lines(findings(analysis, gaps))
     lines += heatmap_section(page)
     lines += ["## Generalization gap per dimension", ""] + gap_lines(analysis, tables)
-    for section in (methods_section, results_section, instances_section, rq1_section, rq2_section, rq3_section):
+    sections = (
+        methods_section,
+        power_section,
+        results_section,
+        instances_section,
+        rq1_section,
+        rq2_section,
+        rq3_section,
+        robustness_section,
+    )
+    for section in sections:
         lines += section(page)
     lines += provenance_lines(analysis)
     lines += configurations_section(page)
@@ -114,7 +119,7 @@ def write_report(
 
     Instance pages already under ``out/instances`` (:mod:`src.report.browser`) are linked from the heatmap.
     """
-    text = build_report(analysis, drawn, tables, out, profile)
+    text = build_report(Page(analysis, drawn, tables, out), profile)
     path = out / "report.md"
     path.write_text(text, encoding="utf-8")
     path.with_suffix(".html").write_text(render_html(text, analysis, out), encoding="utf-8")

@@ -47,6 +47,8 @@ from src.scoring.metrics import precision_recall_f1
 if TYPE_CHECKING:  # pandas and scipy.stats are imported where used: the CLIs start faster
     import pandas as pd
 
+#: The study's three-way reading ("equal" is its "almost equal": the test could not tell); the analysis's
+#: four verdicts, with equivalence tested, are :data:`src.scoring.verdicts.VERDICTS`.
 OUTCOMES = ("better", "equal", "worse")
 RESAMPLE_BLOCK_ELEMENTS = 100_000  # indices drawn and counted at a time: keeps a block in cache
 
@@ -297,11 +299,15 @@ def all_pairs_bootstrap(
     boot = bootstrap_f1_matrix(stats, counts, resamples, seed)
     f1 = observed_f1(stats)
     n_systems, resamples = boot.shape
-    below = np.empty((n_systems, n_systems))
-    ties = np.empty((n_systems, n_systems))
-    for i in range(n_systems):
-        below[i] = np.count_nonzero(boot[i] < boot, axis=1)
-        ties[i] = np.count_nonzero(boot[i] == boot, axis=1)
+    below = np.zeros((n_systems, n_systems))
+    ties = np.zeros((n_systems, n_systems))
+    np.fill_diagonal(ties, resamples)
+    for i in range(n_systems - 1):  # the upper triangle; the lower one is its complement in counts
+        below[i, i + 1 :] = np.count_nonzero(boot[i] < boot[i + 1 :], axis=1)
+        ties[i, i + 1 :] = np.count_nonzero(boot[i] == boot[i + 1 :], axis=1)
+    lower = np.tril_indices(n_systems, -1)
+    ties[lower] = ties.T[lower]
+    below[lower] = resamples - below.T[lower] - ties[lower]
     p = (below + 0.5 * ties) / resamples
     delta_ci = None
     if with_delta_ci:
@@ -321,7 +327,9 @@ def all_pairs_bootstrap(
 
 
 def classify_outcome(p_better_value, p_worse_value=None, alpha: float = 0.05):
-    """Three-way outcome of A vs B: "better" if p(A>B) < alpha, "worse" if p(B>A) < alpha, else "equal".
+    """The study's three-way reading of A vs B: "better" if p(A>B) < alpha, "worse" if p(B>A) < alpha, else
+    "equal" (its "almost equal", which includes pairs the test could not tell apart: the analysis reports
+    :func:`src.scoring.verdicts.classify_verdict` and keeps this reading beside it).
 
     Works elementwise on arrays (returns an array of strings) or on scalars (a string).
     ``p_worse_value`` defaults to ``1 - p_better_value`` (the complement under this

@@ -1,16 +1,12 @@
-"""Character spans <-> word BIO tags: lossless round trip, decoding rules, prepared data."""
+"""Character spans <-> word BIO tags: lossless round trip, decoding rules, data the prepare stage builds."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import pytest
 
 from src.data.schema import Record, Span, read_records
 from src.finetune.bio import bio_to_spans, non_overlapping, record_to_bio, span_label_for_task, tag_set
-from tests.helpers.paths import REPO_ROOT, requires_raw
-
-PREPARED = REPO_ROOT / "data" / "prepared"
+from tests.helpers.prepared_data import PREPARED_SETS
 
 
 def round_trip(record: Record, label: str) -> list[Span]:
@@ -83,46 +79,19 @@ def test_overlapping_spans_keep_the_first(caplog):
     assert "overlaps" in caplog.text
 
 
-def prepared_files() -> list[Path]:
-    return sorted(p for task in ("timex", "eventx") for p in (PREPARED / task).glob("*.jsonl"))
-
-
-@pytest.mark.parametrize(
-    "path", prepared_files() or [None], ids=lambda p: "none" if p is None else f"{p.parent.name}/{p.name}"
-)
-def test_round_trip_on_prepared_data(path):
-    if path is None:
-        pytest.skip("no prepared timex/eventx datasets yet (run the prepare stage)")
-    label = span_label_for_task(path.parent.name)
+@pytest.mark.parametrize("task", ["timex", "eventx"])
+@pytest.mark.parametrize("name", PREPARED_SETS)
+def test_round_trip_on_prepared_data(task, name, prepared_data):
+    """Every record the prepare stage builds from the raw corpora (tests/conftest.py's ``prepared_data``)."""
+    path = prepared_data / task / f"{name}.jsonl"
+    label = span_label_for_task(task)
+    records = read_records(path)
+    assert records, f"{path} is empty"
     failures = []
-    for record in read_records(path):
+    for record in records:
         gold = expected(record, label)
         if non_overlapping(gold) != gold:
             failures.append(f"{record.id}: overlapping {label} spans")
         elif round_trip(record, label) != gold:
             failures.append(f"{record.id}: {[s.text for s in gold]} -> {[s.text for s in round_trip(record, label)]}")
     assert not failures, f"{len(failures)} records of {path} do not round-trip, e.g. {failures[:5]}"
-
-
-@requires_raw("timebank-1.2")
-def test_round_trip_on_freshly_prepared_data():
-    """The same check on datasets built from the raw corpora, so it runs on a fresh clone too."""
-    import copy
-
-    import yaml
-
-    from src.data.prepare import build_datasets
-
-    params = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())
-    cfg = copy.deepcopy(params)
-    for key in ("timebank_dir", "aquaint_dir", "e3c_dir"):
-        cfg["data"][key] = str(REPO_ROOT / cfg["data"][key])
-    failures = []
-    for (task, name), records in build_datasets(cfg, params["seed"]).items():
-        if task == "comp":
-            continue
-        label = span_label_for_task(task)
-        failures += [
-            f"{task}/{name}/{r.id}" for r in records if round_trip(r, label) != non_overlapping(expected(r, label))
-        ]
-    assert not failures, f"{len(failures)} records do not round-trip, e.g. {failures[:5]}"

@@ -25,7 +25,6 @@ from src.prompts.answer_schema import (
 )
 from src.prompts.parsing import parse_answer
 from src.study import TASK_ORDER as TASKS
-from tests.helpers.paths import REPO_ROOT
 from tests.helpers.schema_check import is_valid, schema_errors
 
 CASES = [(task, name, fmt) for task in TASKS for name in STRATEGY_NAMES for fmt in ANSWER_FORMATS]
@@ -205,17 +204,11 @@ def test_repaired_or_embedded_answers_are_not_well_formed(task, abductive, fmt):
 # ----- gold answers of real train records -----------------------------------------------------------
 
 
-def _train(task):
-    path = REPO_ROOT / "data" / "prepared" / task / "train.jsonl"
-    if not path.exists():
-        pytest.skip(f"{path} not prepared (dvc pull / prepare)")
-    return read_records(path)[:300]
-
-
 @pytest.mark.parametrize("task, abductive, fmt", SHAPES)
-def test_gold_answers_of_train_records_validate_and_parse_back(task, abductive, fmt):
+def test_gold_answers_of_train_records_validate_and_parse_back(task, abductive, fmt, prepared_data):
     schema = answer_schema(task, abductive, fmt)
-    records = _train(task)
+    records = read_records(prepared_data / task / "train.jsonl")[:300]
+    assert len(records) == 300
     for record in records:
         value = gold_value(record, task, abductive, fmt)
         assert is_valid(value, schema), (record.id, schema_errors(value, schema))

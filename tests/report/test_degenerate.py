@@ -16,8 +16,9 @@ import numpy as np
 from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from src.report import prose
-from src.report.analysis import analysis_summary, run_analysis
+from src.report.analysis import run_analysis
 from src.report.results import build_results
+from src.report.summary import analysis_summary
 from src.study import DATASETS, STRATEGY_ORDER, TASK_ORDER
 
 #: A number the prose could not state: pandas/numpy's ``nan``/``inf`` or :func:`src.report.tables.fmt`'s dash.

@@ -255,3 +255,30 @@ def test_data_versions_are_compared_where_the_param_can_tell():
     check_data_versions(rows, {"a": {"timex/base"}, "b": {"timex/base", "timex/t2c"}, "c": {"timex/base"}})
     with pytest.raises(ValueError, match=r"a \(a.json\) has raw:x/datasets:1, b \(b.json\) has raw:x/datasets:2"):
         check_data_versions(rows, {"a": {"timex/base"}, "b": {"timex/base"}})
+
+
+def test_the_paid_rewriting_spend_is_summed_into_the_provenance_page(tmp_path):
+    """Regression (issue 41): the adv_p rewriter's spend (history/derive/<task>/adv_p.json) reached
+    no report: the sweep's provenance counted the runs only."""
+    from src.report.prose import rewriting_lines
+    from src.report.provenance import rewriting_usage
+
+    folder = tmp_path / "history" / "derive"
+    spends = {
+        "timex": {"requests": 44, "sent": 40, "cached": 4, "attempts": 43, "retried": 3, "cost": 0.0125},
+        "eventx": {"requests": 44, "sent": 44, "cached": 0, "attempts": 44, "retried": 0, "cost": 0.0100},
+    }
+    for task, usage in spends.items():
+        (folder / task).mkdir(parents=True)
+        record = {"stage": f"adv_p@{task}", "usage": {**usage, "prompt_tokens": 1000, "completion_tokens": 200}}
+        (folder / task / "adv_p.json").write_text(json.dumps(record))
+    total = rewriting_usage(folder)
+    assert total["runs"] == 2 and total["requests"] == 88 and total["attempts"] == 87 and total["retried"] == 3
+    assert total["cost"] == 0.0225 and total["prompt_tokens"] == 2000
+    line = rewriting_lines(total)[0]
+    assert "2 `adv_p` stages" in line and "88 requests, of which 84 sent (87 attempts, 3 of them retries)" in line
+    assert "new cost $0.0225" in line
+    assert rewriting_usage(tmp_path / "none") == {} and rewriting_lines({}) == []
+    (folder / "timex" / "adv_p.json").write_text("{torn")
+    with pytest.raises(ValueError, match="adv_p.json: not a JSON history file"):
+        rewriting_usage(folder)

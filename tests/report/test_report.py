@@ -11,9 +11,10 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from src.analyze import main, write_outputs
-from src.report.analysis import analysis_summary, run_analysis
+from src.report.analysis import run_analysis
 from src.report.prose import run_link
 from src.report.results import build_results as build_study
+from src.report.summary import analysis_summary
 from tests.helpers.mlflow_study import EXPERIMENT
 
 FIGURES = [
@@ -99,6 +100,16 @@ def test_every_output_file_is_written(report_dir):
     assert "<table>" in html and 'src="figures/rq1_transfer.png"' in html
 
 
+def analysis_intervals(report_dir) -> dict[tuple[str, str], tuple[float, float]]:
+    """(configuration, dataset) -> the analysis's 95% interval (resampling documents) from tables/intervals.csv."""
+    table = pd.read_csv(report_dir / "tables" / "intervals.csv")
+    table = table[table["unit"] == "document"]
+    return {
+        (c, d): (low, high)
+        for c, d, low, high in zip(table["configuration"], table["dataset"], table["f1_ci_low"], table["f1_ci_high"])
+    }
+
+
 def test_report_numbers_equal_the_mlflow_metrics(store, report_dir):
     uri, ids, _ = store
     client = MlflowClient(uri)
@@ -106,14 +117,19 @@ def test_report_numbers_equal_the_mlflow_metrics(store, report_dir):
     timex = report[report.index("### timex") : report.index("### eventx")]
     header = table_row(timex, "configuration")
     csv = pd.read_csv(report_dir / "tables" / "dataset_timex_t2c.csv", index_col=0)
+    intervals = analysis_intervals(report_dir)
     for config, run_id in ids.items():
         if config.endswith("-finetuned"):
             continue
         metrics = client.get_run(run_id).data.metrics
         cells = dict(zip(header, table_row(timex, config)))
         for dataset in ("base", "adv_p", "t2c"):
-            f1, low, high = (metrics[f"timex.{dataset}.{m}"] for m in ("f1", "f1_ci_low", "f1_ci_high"))
+            f1 = metrics[f"timex.{dataset}.f1"]  # the logged F1, the analysis's (document-resampled) interval
+            low, high = intervals[config, f"timex/{dataset}"]
             assert cells[f"timex/{dataset}"] == f"{f1:.3f} [{low:.3f}, {high:.3f}]"
+            instance = csv.loc[config, ["f1_ci_low_instance", "f1_ci_high_instance"]] if dataset == "t2c" else None
+            if instance is not None:
+                assert instance.notna().all() and instance.iloc[0] <= f1 <= instance.iloc[1]
         assert csv.loc[config, "f1"] == metrics["timex.t2c.f1"]
         assert csv.loc[config, "errors.missing"] == metrics["timex.t2c.errors.missing"]
         assert run_id in report
@@ -125,7 +141,8 @@ def test_finetuned_models_have_their_own_table(store, report_dir):
     report = (report_dir / "report.md").read_text()
     table = report[report.index("### Fine-tuned models (Table 10)") : report.index("Per-dataset details")]
     cells = dict(zip(table_row(table, "configuration"), table_row(table, "bert-finetuned")))
-    f1, low, high = (metrics[f"timex.t2c.{m}"] for m in ("f1", "f1_ci_low", "f1_ci_high"))
+    f1 = metrics["timex.t2c.f1"]
+    low, high = analysis_intervals(report_dir)["bert-finetuned", "timex/t2c"]
     assert cells["timex/t2c"] == f"{f1:.3f} [{low:.3f}, {high:.3f}]"
     assert "bert-finetuned" not in report[report.index("### timex") : report.index("### Fine-tuned")]
     pairwise = pd.read_csv(report_dir / "tables" / "pairwise.csv")
@@ -354,14 +371,12 @@ def test_the_heatmap_csv_and_its_hover_text_hold_the_mlflow_numbers(store, repor
     cells = pd.read_csv(report_dir / "tables" / "heatmap_f1.csv")
     assert len(cells) == 6 * 5 + 3  # six prompted configurations on five sets, the fine-tuned one on three
     html = (report_dir / "report.html").read_text()
+    intervals = analysis_intervals(report_dir)
     for row in cells.itertuples(index=False):
         task, dataset = row.dataset.split("/")
         metrics = client.get_run(store.ids[row.configuration]).data.metrics
         assert row.f1 == metrics[f"{task}.{dataset}.f1"]
-        assert (row.f1_ci_low, row.f1_ci_high) == (
-            metrics[f"{task}.{dataset}.f1_ci_low"],
-            metrics[f"{task}.{dataset}.f1_ci_high"],
-        )
+        assert (row.f1_ci_low, row.f1_ci_high) == intervals[row.configuration, row.dataset]
         title = (
             f"{row.configuration} on {row.dataset}: F1 {row.f1:.3f}, 95% CI [{row.f1_ci_low:.3f}, {row.f1_ci_high:.3f}]"
         )
@@ -388,11 +403,15 @@ def test_the_gap_is_the_shifted_f1_minus_the_base_f1_with_corrected_marks(store,
         base = metrics[f"{row.reference.replace('/', '.')}.f1"]
         assert row.gap == pytest.approx(shifted - base)
         assert row.p_holm >= row.p_value
-        assert row.mark == ("*" if row.p_holm < 0.05 else "°" if row.p_value < 0.05 else "") or (
-            isinstance(row.mark, float) and row.p_value >= 0.05
-        )
+        equivalent = row.p_equivalent_holm < 0.05
+        expected = "*" if row.p_holm < 0.05 else "°" if row.p_value < 0.05 else "≈" if equivalent else ""
+        assert row.mark == expected or (isinstance(row.mark, float) and expected == "")
+        verdict = ("better" if row.gap > 0 else "worse") if row.p_holm < 0.05 else None
+        assert row.verdict_holm == (verdict or ("equivalent" if equivalent else "inconclusive"))
+        assert row.p_equivalent_holm >= row.p_equivalent
     perfect = gaps[gaps["configuration"] == "large-I"]  # F1 1.0 everywhere: no gap, nothing significant
     assert (perfect["gap"] == 0).all() and (perfect["p_value"] == 1).all()
+    assert (perfect["verdict_holm"] == "equivalent").all() and (perfect["mark"] == "≈").all()  # shown, not assumed
     worst = gaps[(gaps["configuration"] == "sparse-D") & (gaps["dataset"] == "comp/base")]
     assert (worst["gap"] < -0.2).all() and (worst["p_holm"] < 0.05).all()
     report = (report_dir / "report.md").read_text()
@@ -444,3 +463,23 @@ def test_nothing_empty_is_drawn_and_empty_rows_are_counted(tmp_path):
     assert compact_table(table).splitlines()[-1] == "2 rows with nothing to show (all values missing) left out."
     assert "| a | 0.500 | 3 |" in compact_table(table) and "| b |" not in compact_table(table)
     assert compact_table(table.iloc[1:]) == "Nothing to show: all 2 rows are empty."
+
+
+def test_findings_name_their_power_and_nothing_is_called_equal_without_the_test(report_dir):
+    report = (report_dir / "report.md").read_text()
+    findings = report[report.index("## Findings") : report.index("## F1 by configuration")]
+    items = [line for line in findings.splitlines() if line[:2].rstrip(".").isdigit()]
+    assert items and all("minimum detectable difference" in line for line in items)
+    power = pd.read_csv(report_dir / "tables" / "power.csv")
+    margin = json.loads((report_dir / "analysis.json").read_text())["equivalence_margin"]
+    if (power["mdd"] > margin).all():
+        assert all("underpowered" in line for line in items if "paired bootstrap" in line)
+    for line in report.splitlines():  # "almost equal" is only ever the study's reading, never a verdict
+        if "almost equal" in line:
+            assert "study" in line, line
+    pairwise = pd.read_csv(report_dir / "tables" / "pairwise.csv")
+    assert set(pairwise["outcome_holm"]) <= {"better", "worse", "equivalent", "inconclusive"}
+    study = pairwise["outcome_holm"].isin(["equivalent", "inconclusive"])
+    assert (pairwise.loc[study, "study_outcome_holm"] == "almost equal").all()
+    equivalent = pairwise["outcome_holm"] == "equivalent"
+    assert (pairwise.loc[equivalent, "p_equivalent_holm"] < 0.05).all()

@@ -76,14 +76,15 @@ def test_a_configuration_that_dominates_everywhere_has_probability_one_of_better
     assert outcomes["none"]["timex/base"].loc["weak", "strong"] == "worse"
 
 
-def test_identical_configurations_are_equal_and_start_no_rq1_pair():
+def test_identical_configurations_are_equivalent_and_start_no_rq1_pair():
     same = noisy_stats(1.0, seed=3)
     data = {key: stacked(["a", "b"], [same, same]) for key in ("eventx/base", "eventx/len")}
     tests = comparisons.pairwise_tests(data, resamples=300, seed=0)
     assert tests["eventx/base"].p_value[0, 1] == 0.5
+    assert tests["eventx/base"].p_equivalent[0, 1] == 0.0  # every resampled delta is 0: inside any margin
     outcomes = comparisons.outcome_tables(tests, alpha=0.05, correction="bh")
     for correction in ("none", "bh"):
-        assert (outcomes[correction]["eventx/len"].to_numpy() == "equal").all()
+        assert (outcomes[correction]["eventx/len"].to_numpy() == "equivalent").all()
     table = rq.rq1_transfer(outcomes["none"], rq.reference_links(list(tests)), {"all": ["a", "b"]})
     assert table["pairs"].tolist() == [0, 0]
 
@@ -148,7 +149,7 @@ def test_pairs_that_share_no_instance_are_untested_and_outside_the_family():
     assert (
         table.loc["a", "b"] == "better"
         and table.loc["a", "c"] == comparisons.UNTESTED
-        and table.loc["c", "c"] == "equal"
+        and table.loc["c", "c"] == "equivalent"
     )
 
 
@@ -169,14 +170,14 @@ def test_correction_covers_every_pair_of_every_dataset_in_its_observed_direction
     assert adjusted["timex/adv"][0, 1] == 1.0
     outcomes = comparisons.outcome_tables(tests, 0.05, method)[method]
     assert outcomes["timex/base"].loc["x", "y"] == "better"
-    assert outcomes["timex/adv"].loc["y", "x"] == "equal"
+    assert outcomes["timex/adv"].loc["y", "x"] == "inconclusive"  # no TOST p-values: never equivalent
 
 
-def test_holm_turns_a_borderline_finding_equal_while_raw_keeps_it():
+def test_holm_turns_a_borderline_finding_inconclusive_while_raw_keeps_it():
     tests = fixed_tests({f"timex/{d}": [[0.5, 0.03], [0.97, 0.5]] for d in ("base", "adv", "t2c")})
     outcomes = comparisons.outcome_tables(tests, 0.05, "holm")
     assert outcomes["none"]["timex/adv"].loc["x", "y"] == "better"
-    assert outcomes["holm"]["timex/adv"].loc["x", "y"] == "equal"  # 3 x 0.03 = 0.09
+    assert outcomes["holm"]["timex/adv"].loc["x", "y"] == "inconclusive"  # 3 x 0.03 = 0.09
 
 
 def test_unknown_correction_is_rejected():
@@ -253,8 +254,8 @@ def test_size_curves_without_any_score_are_empty_tables_with_their_columns():
 
 
 def outcome(configs, better_pairs):
-    """An outcome table where each (a, b) in better_pairs is 'better' (and b vs a 'worse')."""
-    table = pd.DataFrame("equal", index=configs, columns=configs)
+    """An outcome table where each (a, b) in better_pairs is 'better' (and b vs a 'worse'), the rest inconclusive."""
+    table = pd.DataFrame("inconclusive", index=configs, columns=configs)
     for a, b in better_pairs:
         table.loc[a, b], table.loc[b, a] = "better", "worse"
     return table
@@ -281,10 +282,11 @@ def test_strategy_pairs_count_model_dataset_cells_per_dimension():
     }
     dimensions = {"robustness": ["timex/adv"], "domain": ["timex/t2c"], "structural": ["timex/len"]}
     table = rq.rq3_strategy_pairs(outcomes, RUNS, dimensions).set_index("dimension")
-    assert table.loc["robustness", ["pairs", "n_better", "n_equal", "n_worse"]].tolist() == [3, 1, 1, 1]
+    assert table.loc["robustness", ["pairs", "n_better", "n_inconclusive", "n_worse"]].tolist() == [3, 1, 1, 1]
     assert table.loc["domain", "better"] == 1.0
     assert table.loc["structural", "pairs"] == 0
-    assert table.loc["all", ["pairs", "n_better", "n_equal", "n_worse"]].tolist() == [6, 4, 1, 1]
+    assert table.loc["all", ["pairs", "n_better", "n_inconclusive", "n_worse"]].tolist() == [6, 4, 1, 1]
+    assert table.loc["all", "n_study_almost_equal"] == 1  # the study's reading: equivalent + inconclusive
     assert (table["strategy_a"] == "I").all() and (table["strategy_b"] == "D").all()
     assert table.loc["all", "models"] == 3
 
@@ -295,7 +297,7 @@ def test_dense_vs_moe_within_a_family_and_its_reason_when_impossible():
     table, reason = rq.rq3_dense_vs_moe(outcomes, RUNS, {"robustness": ["timex/adv"]})
     assert reason is None
     row = table.set_index("dimension").loc["robustness"]
-    assert row[["pairs", "n_better", "n_equal", "n_worse"]].tolist() == [4, 2, 1, 1]
+    assert row[["pairs", "n_better", "n_inconclusive", "n_worse"]].tolist() == [4, 2, 1, 1]
     assert row["moe_models"] == "m3" and row["dense_models"] == "m1, m2"
     empty, reason = rq.rq3_dense_vs_moe(outcomes, RUNS.loc[["m1-I", "m1-D"]], {"robustness": ["timex/adv"]})
     assert empty.empty and reason.startswith("needs more models") and "fam: dense" in reason
@@ -376,3 +378,53 @@ def test_groups_split_prompted_configurations_by_inductive_strategies():
     assert groups["all"] == list(RUNS.index[:6])
     assert groups["inductive+"] == ["m1-I", "m2-I", "m3-I"]
     assert groups["non-inductive"] == ["m1-D", "m2-D", "m3-D"]
+
+
+def test_close_noisy_pairs_are_inconclusive_not_equal_and_a_wide_margin_shows_equivalence():
+    data = {"timex/base": stacked(["a", "b"], [noisy_stats(1.0, 0, 40), noisy_stats(1.0, 1, 40)])}
+    narrow = comparisons.comparison_family("p", data, ["a", "b"], 500, 0, 0.05, "holm", margin=0.01)
+    wide = comparisons.comparison_family("p", data, ["a", "b"], 500, 0, 0.05, "holm", margin=0.5)
+    assert narrow.outcomes["holm"]["timex/base"].loc["a", "b"] == "inconclusive"
+    assert wide.outcomes["holm"]["timex/base"].loc["a", "b"] == "equivalent"
+    test = narrow.tests["timex/base"]
+    assert test.mdd(0.05) > 0.01  # 40 noisy instances cannot detect a 0.01 difference
+
+
+def test_equivalence_p_values_are_corrected_over_the_family():
+    tests = {
+        key: comparisons.PairwiseTests(
+            key,
+            ["x", "y"],
+            np.zeros((2, 2)),
+            np.array([[0.5, 0.4], [0.6, 0.5]]),
+            np.full((2, 2), 10),
+            p_equivalent=np.array([[0.0, tost], [tost, 0.0]]),
+        )
+        for key, tost in (("timex/base", 0.03), ("timex/adv", 0.01))
+    }
+    adjusted = comparisons.equivalence_adjusted(tests, "holm")
+    assert adjusted["timex/base"][0, 1] == pytest.approx(0.03) and adjusted["timex/adv"][1, 0] == pytest.approx(0.02)
+    outcomes = comparisons.outcome_tables(tests, 0.025, "holm")
+    assert outcomes["none"]["timex/base"].loc["x", "y"] == "inconclusive"  # 0.03 >= 0.025
+    assert outcomes["none"]["timex/adv"].loc["x", "y"] == "equivalent"
+    assert outcomes["holm"]["timex/adv"].loc["x", "y"] == "equivalent"  # 0.02 after Holm
+    assert outcomes["holm"]["timex/base"].loc["x", "y"] == "inconclusive"
+
+
+def test_documents_are_resampled_together_and_the_draw_is_shared():
+    """Sentence ids of 12 documents: the test equals all-pairs on per-document sums with the same draw."""
+    ids = [f"doc{d}#s{s}" for d in range(12) for s in range(d % 4 + 1)]
+    arrays = [noisy_stats(1.2, 0, len(ids)), noisy_stats(1.0, 1, len(ids))]
+    data = stacked(["a", "b"], arrays, [ids, ids])
+    test = comparisons.pairwise_tests({"timex/base": data}, resamples=300, seed=4)["timex/base"]
+    assert test.units[0, 1] == 12 and test.instances[0, 1] == len(ids)
+    order = sorted(ids)
+    sums = np.zeros((2, 12, 3))
+    documents = list(dict.fromkeys(i.split("#s")[0] for i in order))
+    for n, instance in enumerate(order):
+        sums[:, documents.index(instance.split("#s")[0])] += data.stacked(["a", "b"], order)[:, n]
+    counts = resample_counts(12, 300, comparisons.dataset_seed(4, "timex/base", tuple(order)))
+    expected = all_pairs_bootstrap(sums, counts)
+    assert test.p_value[0, 1] == pytest.approx(expected.p_value[0, 1])
+    instance_level = comparisons.pairwise_tests({"timex/base": data}, 300, 4, unit="instance")["timex/base"]
+    assert instance_level.units[0, 1] == len(ids)

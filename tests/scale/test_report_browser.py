@@ -13,9 +13,11 @@ and opened by Chromium (Debian's ``chromium``; ``$CHROMIUM`` overrides the path)
 - the headline: no JavaScript error on the report or on an instance page (a hook injected at the
   top of ``<head>`` records ``window.onerror``), the heatmap and the first finding start above the
   fold at 1280x800, and a heatmap cell's link opens its instance page filtered to that configuration
-  (screenshots of both first screens are kept under the test's ``tmp_path``).
+  (screenshots of both first screens are kept under the test's ``tmp_path``);
+- every side-by-side link of the report names a view its page holds (the view itself is driven in
+  ``tests/scale/test_side_by_side_browser.py``).
 
-The instance pages are written with :func:`src.report.browser.write_instance_pages` from rows
+The browser and the server are ``tests/helpers/chromium.py``'s. The instance pages are written with :func:`src.report.browser.write_instance_pages` from rows
 scored like the study's runs, before the report, so the heatmap links to them. Skipped where
 Chromium is not installed (``apt-get install chromium``; ``.ci/run`` installs it), except in CI
 (``CI=true``), where a missing Chromium is a failure.
@@ -27,34 +29,18 @@ import html
 import json
 import os
 import re
-import shutil
 import subprocess
-import threading
 import urllib.request
-from functools import partial
 from html.parser import HTMLParser
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import urljoin, urlsplit
 
 import pytest
 
+from tests.helpers.chromium import ERROR_HOOK, chromium, require_chromium, serve_folder
+
 pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
 
-CHROMIUM = os.environ.get("CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
-FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-dev-shm-usage",
-    "--hide-scrollbars",
-    "--mute-audio",
-]
 PROBE_ID = "tempgen-probe"
 # Runs after the load event (which waits for every image): the result goes into the DOM,
 # which --dump-dom prints.
@@ -74,12 +60,6 @@ window.addEventListener("load", function () {
 });
 </script>""".replace("PROBE_ID", PROBE_ID)
 
-# Installed first in <head>: records every uncaught error and rejected promise of the page.
-ERROR_HOOK = """<script>
-window.__errors = [];
-window.addEventListener("error", function (e) { window.__errors.push(String(e.message)); });
-window.addEventListener("unhandledrejection", function (e) { window.__errors.push(String(e.reason)); });
-</script>"""
 HEADLINE_ID = "tempgen-headline"
 # After load: errors, where the heatmap and the first finding start, and the instance page's filter state.
 HEADLINE_PROBE = """<script>
@@ -107,17 +87,9 @@ window.addEventListener("load", function () {
 </script>""".replace("HEADLINE_ID", HEADLINE_ID)
 
 
-def _require_chromium():
-    if CHROMIUM is None:
-        message = "headless Chromium not found (apt-get install chromium, or set $CHROMIUM)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{message}: CI must check the report in a browser")
-        pytest.skip(f"{message}: report not checked in a browser")
-
-
 @pytest.fixture
 def chromium_present():
-    _require_chromium()
+    require_chromium()
 
 
 needs_chromium = pytest.mark.usefixtures("chromium_present")
@@ -183,53 +155,19 @@ def report_dir(tmp_path_factory):
 @pytest.fixture(scope="module")
 def served(report_dir):
     """An HTTP server on 127.0.0.1 for the report folder; records (path, status) of every request."""
-    requests: list[tuple[str, int]] = []
 
-    class Handler(SimpleHTTPRequestHandler):
-        def log_message(self, format, *args):  # quiet
-            pass
+    def rewrite(path_query: str, file: Path) -> str | None:
+        path = urlsplit(path_query).path
+        if "headline=1" in path_query:
+            page = file.read_text(encoding="utf-8")
+            return page.replace("<head>", "<head>" + ERROR_HOOK, 1).replace("</body>", HEADLINE_PROBE + "</body>")
+        if path == "/report.html" and "probe=1" in path_query:
+            page = file.read_text(encoding="utf-8")
+            return page.replace("</body>", PROBE + "</body>") if "</body>" in page else page + PROBE
+        return None
 
-        def log_request(self, code="-", size="-"):
-            requests.append((self.path, int(getattr(code, "value", code))))
-
-        def do_GET(self):  # noqa: N802
-            path = urlsplit(self.path).path
-            if path.endswith(".html") and "headline=1" in self.path:
-                page = (report_dir / path.lstrip("/")).read_text(encoding="utf-8")
-                page = page.replace("<head>", "<head>" + ERROR_HOOK, 1).replace("</body>", HEADLINE_PROBE + "</body>")
-                body = page.encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/html; charset=utf-8")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-                return
-            if urlsplit(self.path).path == "/report.html" and "probe=1" in self.path:
-                page = (report_dir / "report.html").read_text(encoding="utf-8")
-                body = (page.replace("</body>", PROBE + "</body>") if "</body>" in page else page + PROBE).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/html; charset=utf-8")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-                return
-            super().do_GET()
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), partial(Handler, directory=str(report_dir)))
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/", requests
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
-def chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
-    profile = tmp_path / "chromium-profile"
-    profile.mkdir(exist_ok=True)
-    command = [CHROMIUM, *FLAGS, f"--user-data-dir={profile}", *args]
-    return subprocess.run(command, capture_output=True, text=True, timeout=120)
+    with serve_folder(report_dir, rewrite) as (base, requests):
+        yield base, requests
 
 
 @needs_chromium
@@ -271,6 +209,27 @@ def test_every_local_link_and_image_resolves_over_http(report_dir, served):
             assert b"<svg" in body[:2000], ref
         else:
             assert body.strip(), ref
+
+
+def test_every_side_by_side_link_of_the_report_names_a_view_its_page_holds(report_dir):
+    """The comparison and robustness tables link ``compare_href`` views: each page exists and holds A, B or the shift."""
+    from urllib.parse import parse_qs
+
+    from src.report.side_by_side import compare_pages
+
+    source = (report_dir / "report.html").read_text(encoding="utf-8")
+    links = re.findall(r'href="instances/(compare_[^"#]+)#([^"]+)"', source)
+    # This study links few or none (one fine-tuned configuration; its adv_p ids are not its base ids),
+    # so each link found is checked; the view itself is tested in test_side_by_side_browser.py.
+    pages = compare_pages(report_dir / "instances")
+    assert pages, "the analysis wrote no side-by-side page"
+    for name, fragment in links:
+        view = {key: values[0] for key, values in parse_qs(html.unescape(fragment)).items()}
+        entry = pages[name]
+        if "shift" in view:
+            assert view["a"] in entry["shifts"][view["shift"]], (name, view)
+        else:
+            assert view["a"] in entry["configs"] and view.get("b", view["a"]) in entry["configs"], (name, view)
 
 
 @needs_chromium

@@ -115,7 +115,7 @@ def test_joblib_sweep_logs_runs_and_artifacts_to_a_tracking_server(tracking_serv
     from src.tracking.evaluation import RunRecord, evaluate_configuration
     from src.tracking.evidence import restore_runs
     from src.tracking.keys import KEY_TAG
-    from tests.test_evidence import RECORDS, EchoSystem
+    from tests.helpers.echo_system import RECORDS, EchoSystem
 
     (root / "plan.jsonl").write_text("{}\n")
     MlflowClient(reference_uri).create_experiment("pulled", (root / "pulled-artifacts").as_uri())
