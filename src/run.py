@@ -13,6 +13,7 @@ of one configuration never kills the requests of another in flight) and the swee
 
 from __future__ import annotations
 
+import src.numerics_first  # noqa: F401  # isort: skip  (first: a stage's process is pinned before any library loads)
 import signal
 import sys
 

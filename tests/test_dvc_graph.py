@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from src import study
-from src.tracking.code_closure import ROOT, closure, code_deps
+from src.tracking.code_closure import ENVIRONMENT_FILES, ROOT, closure, code_deps
 
 
 def stages() -> list[tuple[str, dict]]:
@@ -34,7 +34,9 @@ def command_module(cmd: str) -> str:
 @pytest.mark.parametrize("name,stage", stages(), ids=[name for name, _ in stages()])
 def test_stage_code_deps_are_exactly_what_its_command_imports(name: str, stage: dict):
     needed = set(code_deps(command_module(stage["cmd"])))
-    declared = {d for d in (stage.get("deps") or []) if isinstance(d, str) and d.startswith("src")}
+    declared = {
+        d for d in (stage.get("deps") or []) if isinstance(d, str) and (d.startswith("src") or d in ENVIRONMENT_FILES)
+    }
     missing = sorted(needed - declared)
     extra = sorted(declared - needed)
     assert not missing, f"{name}: deps miss modules its command imports: {missing}"

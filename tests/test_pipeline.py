@@ -3,12 +3,15 @@
 This is the issue-7 acceptance path in miniature: ``dvc repro`` from the raw data to the
 report, every number in the report present in MLflow, and a second ``dvc repro`` that
 re-runs nothing; and issue 31's: ``dvc push``, a fresh clone with an empty MLflow store,
-``dvc pull``, an analysis change re-run from the pulled evidence, and the restore.
+``dvc pull``, an analysis change re-run from the pulled evidence, and the restore; and issue
+43's: the answers travel with the push, so the pulled clone's forced re-run sends no request.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -212,8 +215,10 @@ def _pulled_study_is_analysed_restored_and_guarded(project: Path, clone: Path) -
         assert redone_json[key] == original[key], key
     tables = sorted(path.name for path in (project / "reports/tables").glob("dataset_*.csv"))
     assert tables and tables == sorted(path.name for path in (clone / "reports/tables").glob("dataset_*.csv"))
-    for name in tables:  # F1, P, R and each run's own interval per configuration: equal to the digit
-        assert (clone / "reports/tables" / name).read_text() == (project / "reports/tables" / name).read_text(), name
+    for name in tables:  # F1, P, R and the error counts per configuration: equal to the digit
+        assert _without_resampled(clone / "reports/tables" / name) == _without_resampled(
+            project / "reports/tables" / name
+        ), name
 
     # (c) the restore rebuilds every run in the clone's store, once: configurations, trainings, the analysis
     folders = sorted(path.parent for path in (clone / "evidence").glob("**/run.json"))
@@ -227,16 +232,91 @@ def _pulled_study_is_analysed_restored_and_guarded(project: Path, clone: Path) -
     assert f"restored 0 run(s), {len(folders)} already" in second.stdout, second.stdout + second.stderr
     _restored_runs_equal_the_originals(_mlflow_client(project), _mlflow_client(clone), folders, set(before))
 
-    # issue 38: the whole chain re-run from scratch in this other folder, with another store,
-    # writes the pushed bytes: every output hash of dvc.lock
+    # issue 43: every answer the chain used came with the pull (each file named by the sha256 of its
+    # bytes), and this clone has no response cache of its own
+    assert not (clone / ".cache/generations").exists()
+    for folder in ANSWER_FOLDERS:
+        files = sorted((clone / folder).glob("*.json"))
+        assert files, f"{folder}: no answers pulled"
+        assert all(hashlib.sha256(f.read_bytes()).hexdigest() + ".json" == f.name for f in files), folder
+
+    # issues 38 and 43: the whole chain re-run with --force in this other folder, with another store,
+    # sends no request to the model (the engine logs each batch it decodes, "llamacpp: N requests")
+    # and writes the pushed lock, byte for byte
     subprocess.run(["git", "checkout", "--", "sweep.yaml", "dvc.lock"], cwd=clone, check=True)  # undo (b)
     pushed = _out_hashes(project)
     forced = _dvc(clone, "repro", "--force")
-    assert forced.returncode == 0, (forced.stdout + forced.stderr)[-3000:]
+    log = forced.stdout + forced.stderr
+    assert forced.returncode == 0, log[-3000:]
+    looked_up = [int(n) for n in re.findall(r" cached, (\d+) to generate", log)]
+    assert len(looked_up) >= 4 and not any(looked_up), looked_up  # both run@ and both adv_p@ stages looked
+    assert "llamacpp: " not in log, [line for line in log.splitlines() if "llamacpp: " in line][:3]
+    for name in ("smollm2_135m-I", "smollm2_135m-A+D"):
+        usage = json.loads((clone / f"history/runs/{name}.json").read_text())["usage"]
+        assert usage["sent"] == 0 and usage["cached"] + usage.get("duplicates", 0) == usage["requests"] > 0, usage
     rerun = _out_hashes(clone)
     assert rerun.keys() == pushed.keys()
     differ = sorted(path for path in pushed if rerun[path] != pushed[path])
     assert not differ, f"other bytes when re-run in another folder: {differ}"
+    assert (clone / "dvc.lock").read_text() == (project / "dvc.lock").read_text()
+    # the same answers again: a push from the clone has nothing new to move
+    again = _dvc(clone, "push", "-r", "team")
+    assert again.returncode == 0 and "Everything is up to date" in again.stdout + again.stderr, again.stdout
+    _two_colleagues_answers_merge_without_a_conflict(clone)
+
+
+def _git(repo: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=repo, capture_output=True, text=True
+    )
+
+
+def _two_colleagues_answers_merge_without_a_conflict(clone: Path) -> None:
+    """Each stage's answers are its own entry of dvc.lock: colleague A's new answers for one
+    configuration and B's for another merge in git without a conflict, both kept."""
+    import yaml
+
+    lock_file = clone / "dvc.lock"
+    stages = yaml.safe_load(lock_file.read_text())["stages"]
+
+    def answers_hash(stage: str) -> str:
+        [out] = [o for o in stages[stage]["outs"] if o["path"].startswith("answers/")]
+        return out["md5"]
+
+    assert _git(clone, "commit", "-q", "--allow-empty", "-am", "re-run").returncode == 0
+    start = _git(clone, "rev-parse", "HEAD").stdout.strip()
+    mine = {"a": ("run@smollm2_135m-I", "a" * 32 + ".dir"), "b": ("run@smollm2_135m-A+D", "b" * 32 + ".dir")}
+    for branch, (stage, new_hash) in mine.items():
+        assert _git(clone, "checkout", "-q", "-b", branch, start).returncode == 0
+        text = lock_file.read_text()
+        assert text.count(answers_hash(stage)) == 1, stage
+        lock_file.write_text(text.replace(answers_hash(stage), new_hash))
+        assert _git(clone, "commit", "-qam", f"{branch}'s answers").returncode == 0
+    merged = _git(clone, "merge", "-q", "--no-edit", "a")
+    assert merged.returncode == 0, merged.stdout + merged.stderr
+    text = lock_file.read_text()
+    assert all(new_hash in text for _, new_hash in mine.values())
+
+
+#: The dataset tables' intervals, which the analysis computes with its own resamples (the rest is the runs').
+RESAMPLED_COLUMNS = ("f1_ci_low", "f1_ci_high", "f1_ci_low_instance", "f1_ci_high_instance")
+
+
+def _without_resampled(table: Path) -> list[dict[str, str]]:
+    """A dataset table's rows without the columns that change with ``sweep.resamples``."""
+    import csv
+
+    with open(table, newline="", encoding="utf-8") as handle:
+        return [{k: v for k, v in row.items() if k not in RESAMPLED_COLUMNS} for row in csv.DictReader(handle)]
+
+
+#: The smoke chain's answers folders (dvc.yaml: the run@ and adv_p@ stages' persistent outputs).
+ANSWER_FOLDERS = (
+    "answers/run/smollm2_135m-I",
+    "answers/run/smollm2_135m-A+D",
+    "answers/adv_p/timex",
+    "answers/adv_p/eventx",
+)
 
 
 def _keyed_runs(client) -> dict[str, object]:

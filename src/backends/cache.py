@@ -25,12 +25,15 @@ committed pipeline's cache holds; ``python -m src.cache list --unsigned`` shows 
 that cannot be used (unreadable, not JSON, a field of the wrong type, another request's fields,
 a checksum that does not match) is a miss with one warning naming its file, never a crash;
 ``python -m src.cache purge --invalid`` removes them all. The key never changes: the checksum
-and ``served`` are fields of the entry, not of the key.
+and ``served`` are fields of the entry, not of the key (the format: :mod:`src.backends.cache_entries`).
+
+In a pipeline stage the cache also keeps the stage's answers folder, a DVC output
+(:mod:`src.backends.stage_answers`): it is copied in before the stage runs and rewritten with
+every answer the stage uses, so ``dvc push``/``dvc pull`` carry the answers to another machine.
 """
 
 from __future__ import annotations
 
-import hashlib
 import inspect
 import json
 import logging
@@ -41,97 +44,20 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from src.backends.base import Backend, ChatRequest, GenerationResult, OrderedResults, ResultCallback
-from src.backends.served import mismatch_counts
+from src.backends.cache_entries import (  # noqa: F401 - the entry format, imported from here by the project
+    CACHE_FORMAT,
+    NOT_ANSWER_FINISH_REASONS,
+    cache_key,
+    cache_key_fields,
+    canonical_json,
+    entry_checksum,
+    entry_problem,
+    read_entry,
+)
+from src.backends.served import OFF_PIN, mismatch_counts
+from src.backends.stage_answers import StageAnswers, from_environment, portable
 
 logger = logging.getLogger(__name__)
-
-CACHE_FORMAT = 1
-NOT_ANSWER_FINISH_REASONS = frozenset({"error", "content_filter"})
-
-
-def cache_key_fields(backend_name: str, model_id: str, identity: dict, request: ChatRequest) -> dict:
-    """Everything that determines the answer; ``request_id`` is deliberately absent.
-
-    The schema, the completion form and the repeat stop are added only when set, so that the keys of plain
-    chat requests (and the answers already cached under them) stay what they were.
-    """
-    fields = {
-        "format": CACHE_FORMAT,
-        "backend": backend_name,
-        "model_id": model_id,
-        "backend_options": identity,
-        "messages": [list(message) for message in request.messages],
-        "max_tokens": request.max_tokens,
-        "temperature": float(request.temperature),
-        "seed": request.seed,
-    }
-    if request.response_schema is not None:
-        fields["response_schema"] = request.response_schema
-    if request.completion:
-        fields["completion"] = True
-    if request.stop_at_repeat is not None:
-        fields["stop_at_repeat"] = request.stop_at_repeat
-    return fields
-
-
-def canonical_json(value: object) -> str:
-    """Key order, spacing and unicode fixed, so equal content always hashes equally."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-
-
-def cache_key(fields: dict) -> str:
-    """sha256 hex digest of the canonical JSON of ``fields``."""
-    return hashlib.sha256(canonical_json(fields).encode("utf-8")).hexdigest()
-
-
-def entry_checksum(entry: dict) -> str:
-    """sha256 of the canonical JSON of ``entry`` without its ``checksum`` field."""
-    content = {name: value for name, value in entry.items() if name != "checksum"}
-    return hashlib.sha256(canonical_json(content).encode("utf-8")).hexdigest()
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def entry_problem(entry: object) -> str | None:
-    """Why ``entry`` (a parsed cache file) cannot be used as an answer; None when it can."""
-    if not isinstance(entry, dict):
-        return f"it is a JSON {type(entry).__name__}, not an object"
-    if not isinstance(entry.get("text"), str):
-        return "it holds no answer text"
-    if not isinstance(entry.get("fields"), dict):
-        return "its request fields are missing"
-    checks = {
-        "usage": lambda v: v is None or (isinstance(v, dict) and all(x is None or _is_number(x) for x in v.values())),
-        "latency_s": lambda v: v is None or _is_number(v),
-        "finish_reason": lambda v: v is None or isinstance(v, str),
-        "served": lambda v: v is None or (isinstance(v, dict) and all(isinstance(x, str) for x in v.values())),
-        "refusal": lambda v: v is None or isinstance(v, str),
-        "created": lambda v: v is None or _is_number(v),
-        "checksum": lambda v: v is None or isinstance(v, str),
-    }
-    for name, valid in checks.items():
-        if not valid(entry.get(name)):
-            return f"field {name!r} has the wrong type ({type(entry.get(name)).__name__})"
-    if entry.get("checksum") is not None and entry["checksum"] != entry_checksum(entry):
-        return "its checksum does not match its content (the entry was edited)"
-    if entry.get("finish_reason") in NOT_ANSWER_FINISH_REASONS:
-        return f"finish_reason {entry['finish_reason']!r} is no answer"
-    return None
-
-
-def read_entry(path: Path) -> tuple[dict | None, str | None]:
-    """(entry, None) for a usable entry file, else (None, why not); FileNotFoundError propagates."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            entry = json.load(handle)
-    except FileNotFoundError:
-        raise
-    except (OSError, ValueError) as exc:
-        return None, f"unreadable: {exc}"
-    problem = entry_problem(entry)
-    return (None, problem) if problem else (entry, None)
 
 
 class ResponseCache:
@@ -139,11 +65,51 @@ class ResponseCache:
 
     Args:
         directory: created on first use; may be shared by every run and process.
+        answers: the pipeline stage's answers folder (default: the one its command names in
+            ``$TEMPGEN_ANSWERS``, none for a hand run): copied in now, then refilled with every
+            answer used (:meth:`used`).
     """
 
-    def __init__(self, directory: str | Path) -> None:
+    def __init__(self, directory: str | Path, answers: StageAnswers | None = None) -> None:
         self.directory = Path(directory)
         self._warned: set[Path] = set()  # one warning per bad file and process
+        self.answers = answers or from_environment()
+        if self.answers is not None:
+            self._seed(self.answers)
+
+    def _seed(self, answers: StageAnswers) -> None:
+        """The stage's answers (each checked against its checksum) into this cache, a different local
+        answer replaced (the study's answer is the one its lock was written with); the folder emptied."""
+        found = answers.read()
+        replaced = 0
+        for key, answer in found.items():
+            local = self.get(key, answer["fields"])
+            if local is not None and portable(local) == answer:
+                continue
+            replaced += local is not None
+            self.put(
+                key,
+                answer["fields"],
+                answer["text"],
+                answer["usage"],
+                None,
+                answer["finish_reason"],
+                answer["served"],
+                answer.get("refusal"),
+            )
+        if replaced:
+            logger.warning(
+                "%d answer(s) of the response cache differ from the stage's in %s: the stage's are used",
+                replaced,
+                answers.folder,
+            )
+        logger.info("%d answer(s) of the stage read from %s", len(found), answers.folder)
+        answers.clear()
+
+    def used(self, entry: dict) -> None:
+        """A run used the answer ``entry`` (a hit or a new one): into the stage's answers folder."""
+        if self.answers is not None:
+            self.answers.record(entry)
 
     def _ignore(self, path: Path, why: str) -> None:
         if path not in self._warned:
@@ -175,13 +141,14 @@ class ResponseCache:
         fields: dict,
         text: str,
         usage: dict,
-        latency_s: float,
+        latency_s: float | None,
         finish_reason: str | None = None,
         served: dict | None = None,
         refusal: str | None = None,
-    ) -> None:
-        """Store an answer atomically (temp file + ``os.replace``); refuses anything but an answer.
-        ``refusal``: the model's refusal, kept only when set (older entries stay as they are)."""
+    ) -> dict:
+        """Store an answer atomically (temp file + ``os.replace``) and return the entry; refuses
+        anything but an answer. ``refusal``: the model's refusal, kept only when set (older entries
+        stay as they are); ``latency_s`` None: not measured here (an answer from a stage's folder)."""
         if not isinstance(text, str):
             raise TypeError(f"cache entry {key}: text must be a string, got {type(text).__name__}")
         if finish_reason in NOT_ANSWER_FINISH_REASONS:
@@ -209,6 +176,7 @@ class ResponseCache:
         except BaseException:
             Path(temp_name).unlink(missing_ok=True)
             raise
+        return entry
 
     def __len__(self) -> int:
         return sum(1 for _ in self.directory.glob("??/*.json")) if self.directory.exists() else 0
@@ -274,6 +242,7 @@ class CachedBackend:
                 attempts=0,
                 refusal=entry.get("refusal"),
             )
+            self.cache.used(entry)
             results.finish(position, hit)
 
         keys = list(pending)
@@ -292,7 +261,7 @@ class CachedBackend:
         def deliver(sent_index: int, result: GenerationResult) -> None:
             if sent_index < len(keys) and _is_answer(result):
                 key = keys[sent_index]
-                self.cache.put(
+                stored = self.cache.put(
                     key,
                     pending_fields[key],
                     result.text,
@@ -302,6 +271,7 @@ class CachedBackend:
                     result.served,
                     result.refusal,
                 )
+                self.cache.used(stored)
             for position in owners[sent_index]:
                 own = result if requests[position] is result.request else _for_request(result, requests[position])
                 results.finish(position, own)
@@ -333,6 +303,8 @@ def warn_about_mismatches(model_id: str, results: Sequence[GenerationResult]) ->
 def _is_answer(result: GenerationResult) -> bool:
     """Only an answer is cached: text, not ended as an error, and blank only when it said ``stop``."""
     if not result.ok or not isinstance(result.text, str):
+        return False
+    if result.served.get(OFF_PIN):  # another model, provider or quantization: never under the pinned key
         return False
     if result.finish_reason in NOT_ANSWER_FINISH_REASONS:
         return False

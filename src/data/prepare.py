@@ -7,6 +7,7 @@ train/val/base/len/t2c (plus t2c_i2b2 when an i2b2 path is configured), and
 
 from __future__ import annotations
 
+import src.numerics_first  # noqa: F401  # isort: skip  (first: a stage's process is pinned before any library loads)
 import argparse
 import json
 import logging

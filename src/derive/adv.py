@@ -36,6 +36,7 @@ Every setting (seed, victim, query budget, criterion, ...) comes from ``params.y
 
 from __future__ import annotations
 
+import src.numerics_first  # noqa: F401  # isort: skip  (first: a stage's process is pinned before any library loads)
 import argparse
 import logging
 import time
@@ -276,7 +277,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--counter-fitted",
         choices=("auto", "yes", "no"),
         default="auto",
-        help="add counter-fitted embedding neighbours (auto: when in TextAttack's cache)",
+        help="add counter-fitted embedding neighbours (yes: needs them in TextAttack's cache; auto, no: off)",
     )
     parser.add_argument("--nltk-data", help="NLTK data folder (default: <paths.raw>/nltk_data)")
     parser.add_argument("--device", default="cpu")

@@ -1,8 +1,9 @@
 """The two attacks, assembled from TextAttack parts: TextFooler-style words, DeepWordBug-style characters.
 
 Word level (TextFooler, Jin et al. 2020): words ranked by the score change when deleted;
-candidates are WordNet synonyms (plus counter-fitted embedding neighbours when TextAttack's
-``paragramcf`` embedding is already in its cache); constraints: no repeated edit, no
+candidates are WordNet synonyms (plus counter-fitted embedding neighbours only when asked for:
+TextAttack's ``paragramcf`` embedding is no dependency, so a copy that happens to lie in its cache
+never changes an output); constraints: no repeated edit, no
 stopword, gold words protected and spans intact, a grammatical swap (no proper noun, case,
 part of speech and inflection kept: :class:`GrammaticalSwap`), windowed sentence similarity
 above a threshold. With ``adjacent_first`` the search (:class:`GoldFirstWIR`) tries the
@@ -61,7 +62,7 @@ class WordAttackSettings:
     allow_verb_noun_swap: bool = False  # TextFooler allows it; a grammatical swap keeps the POS
     keep_fine_tag: bool = True  # keep the Penn tag (inflection) too
     embedding_candidates: int = 50
-    use_counter_fitted: bool | None = None  # None: when already cached; never downloads
+    use_counter_fitted: bool | None = None  # None/False: off; True: needs the embedding in TextAttack's cache
     adjacent_first: bool = True  # words next to a gold span first
     adjacent_window: int = 2  # words either side of a gold span that count as adjacent
     minilm_neighbours: int = 0  # add k MiniLM input-embedding neighbours as candidates (0: WordNet only)
@@ -313,11 +314,15 @@ def counter_fitted_available() -> bool:
 
 
 def word_transformation(settings: WordAttackSettings, sentence_model: Any = None) -> Any:
-    """WordNet synonyms, composed with counter-fitted neighbours when wanted and available,
-    and with MiniLM embedding neighbours when ``settings.minilm_neighbours`` > 0."""
-    use_embedding = counter_fitted_available() if settings.use_counter_fitted is None else settings.use_counter_fitted
+    """WordNet synonyms, composed with counter-fitted neighbours when asked for (never because
+    they happen to be cached: the outputs would depend on the machine's cache), and with MiniLM
+    embedding neighbours when ``settings.minilm_neighbours`` > 0."""
     parts: list[Any] = [OfflineWordNetSwap()]
-    if use_embedding:
+    if settings.use_counter_fitted:
+        if not counter_fitted_available():
+            raise FileNotFoundError(
+                f"counter-fitted neighbours asked for, but {path_in_cache(COUNTER_FITTED_FOLDER)} does not exist"
+            )
         from textattack.transformations import WordSwapEmbedding
 
         parts.append(WordSwapEmbedding(max_candidates=settings.embedding_candidates))

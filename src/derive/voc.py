@@ -15,6 +15,7 @@ The seed, ``rare_max_count`` and the instance limit come from ``params.yaml`` (`
 
 from __future__ import annotations
 
+import src.numerics_first  # noqa: F401  # isort: skip  (first: a stage's process is pinned before any library loads)
 import argparse
 import logging
 import random

@@ -9,6 +9,7 @@ run ``{model}-finetuned`` (strategy ``finetuned``) with the same metrics and art
 
 from __future__ import annotations
 
+import src.numerics_first  # noqa: F401  # isort: skip  (first: a stage's process is pinned before any library loads)
 import argparse
 import logging
 import sys
@@ -22,7 +23,7 @@ from src.config.locate import project_relative
 from src.config.params import lookup
 from src.data.schema import read_records
 from src.data.splits import subset_by_id
-from src.finetune.mlflow_logging import find_training_run
+from src.finetune.mlflow_logging import find_training_run, weights_digest
 from src.finetune.models import MODEL_SPECS
 from src.finetune.predict import TokenClassifier
 from src.scoring.evaluate import InstanceOutput
@@ -115,6 +116,10 @@ def evaluate_model(args: argparse.Namespace) -> tuple[RunRecord, Any]:
             "inductive_plus": False,
             "seed": args.seed,
             "limit": args.limit,
+            # what else changes a number, so in the key (src/tracking/keys.py): the weights and the scoring
+            "weights_sha256": ",".join(f"{t}:{weights_digest(p)[:16]}" for t, p in sorted(checkpoints.items())),
+            "resamples": args.resamples,
+            "scoring_variants": ",".join(args.variants) or "paper",
             "git_commit": git_commit(),
             "data_version": data_version([path for _, _, path in files]),
         },

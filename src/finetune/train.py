@@ -31,6 +31,7 @@ writes the checkpoint and the summary, and logs the run (:mod:`src.finetune.mlfl
 
 from __future__ import annotations
 
+import src.numerics_first  # noqa: F401  # isort: skip  (first: a stage's process is pinned before any library loads)
 import argparse
 import json
 import logging

@@ -27,10 +27,12 @@ from src.redact import redact_uris
 from src.report.provenance import (
     Summary,
     check_data_versions,
+    check_summary_metrics,
     check_unique_configurations,
     fetch_runs,
     metrics_usage,
     read_summaries,
+    rewriting_usage,
     run_name,
     sweep_usage,
     total_of_usages,
@@ -38,7 +40,7 @@ from src.report.provenance import (
 from src.report.results import RunResults, build_results, run_row, scored_keys
 from src.study import RUN_KINDS
 from src.tracking.evidence import folder_for_summary, read_evidence
-from src.tracking.history import read_history
+from src.tracking.history import HISTORY, read_history
 from src.tracking.keys import KEY_TAG
 
 
@@ -116,7 +118,7 @@ def load_results(
     for summary, (run, bootstrap, predictions) in zip(listed, ordered):
         name = run_name(run)
         row = run_row(name, run.info.run_id, run.data.params, run.data.tags, run.info.start_time, summary.name)
-        history = read_history(summary.path)  # this machine's record of the run (none for a pulled one)
+        history = read_history(summary.path, summary.key)  # this machine's record of the run (none if pulled)
         row["run_id"] = row["run_id"] or str(history.get("run_id") or "")
         row["git_commit"] = row["git_commit"] or history.get("git_commit")
         rows.append(row)
@@ -128,6 +130,7 @@ def load_results(
     results.checked = True
     results.instances = instances
     results.usage = sweep_usage(listed)
+    results.rewriting_usage = rewriting_usage(Path(summaries).parent / HISTORY / "derive")
     return results
 
 
@@ -156,6 +159,7 @@ def _checked_evidence(summary: Summary, folder: Path, experiment: str):
         raise ValueError(f"{where}: run {loaded.key} is not a configuration run (kind {run.get('kind')!r})")
     if run.get("complete") is False or summary.complete is False:
         raise ValueError(f"{where}: run {loaded.key}: the configuration is incomplete")
+    check_summary_metrics(summary, run.get("metrics") or {}, f"{loaded.key} of {where}")
     for field_name, stated in (
         ("model", summary.model),
         ("strategy", summary.strategy),

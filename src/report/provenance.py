@@ -8,8 +8,9 @@ FINISHED run with that key) and nothing else, so a run logged by hand, an old pr
 a failed retry never reaches a report. Anything that would
 make the binding ambiguous stops the analysis with a one-line error naming the summary
 file: a run that is missing, not FINISHED, deleted, from another experiment or not a
-configuration run; two summaries naming the same run or configuration; or runs that
-disagree on the data version (see :func:`check_data_versions`).
+configuration run; two FINISHED runs with the summary's key but different metrics (naming
+both); a run whose metrics are not the summary's; two summaries naming the same run or
+configuration; or runs that disagree on the data version (see :func:`check_data_versions`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from src.study import RUN_KINDS
+from src.tracking.evidence import clean_metrics
 from src.tracking.history import read_history
 from src.tracking.keys import KEY_TAG
 
@@ -38,7 +40,9 @@ class Summary:
         model, strategy, run_name: what the summary says the run is (checked against the run).
         complete: ``False`` when the stage recorded unscored datasets.
         usage: the run's requests, tokens and cost (sent apart from cached), from the stage's history
-            file where this machine ran it (:mod:`src.tracking.history`).
+            file where this machine ran it and it is of this run (:mod:`src.tracking.history`).
+        metrics: the headline metrics the stage wrote (``{task: {dataset: {name: value}}}``, rounded
+            to 6 decimals), which the run read must have.
     """
 
     path: Path
@@ -49,6 +53,7 @@ class Summary:
     complete: bool | None = None
     run_name: str | None = None
     usage: dict[str, float] | None = None
+    metrics: dict[str, float] | None = None
 
 
 def read_summaries(directory: Path, expected: Sequence[str] | None = None) -> list[Summary]:
@@ -98,7 +103,8 @@ def read_summaries(directory: Path, expected: Sequence[str] | None = None) -> li
                 _text(data.get("strategy")),
                 complete if isinstance(complete, bool) else None,
                 _text(data.get("run_name")),
-                _usage(read_history(path).get("usage")),
+                _usage(read_history(path, key).get("usage")),
+                _summary_metrics(data.get("metrics")),
             )
         )
     return out
@@ -111,6 +117,51 @@ def _usage(value: Any) -> dict[str, float] | None:
     return {
         str(k): float(v) for k, v in value.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
     } or None
+
+
+def _summary_metrics(block: Any) -> dict[str, float] | None:
+    """A summary's ``metrics`` block flattened to the run's metric names (``timex.base.f1``)."""
+    if not isinstance(block, dict):
+        return None
+    flat = {}
+    for task, datasets in block.items():
+        for dataset, values in (datasets or {}).items() if isinstance(datasets, dict) else ():
+            for name, value in (values or {}).items() if isinstance(values, dict) else ():
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    flat[f"{task}.{dataset}.{name}"] = float(value)
+    return flat or None
+
+
+def check_summary_metrics(summary: Summary, metrics: Mapping[str, float], run: str) -> None:
+    """The run read must have the metrics its summary wrote (rounded as the summary rounds them).
+
+    Raises:
+        ValueError: one line naming the summary, the run and the first metric that differs.
+    """
+    for name, stated in sorted((summary.metrics or {}).items()):
+        logged = metrics.get(name)
+        if logged is None or round(float(logged), 6) != stated:
+            raise ValueError(
+                f"{summary.path} says {name} = {stated}, but run {run} (key {summary.key}) has "
+                f"{'none' if logged is None else logged}: the run is not the one the stage wrote"
+            )
+
+
+def check_same_metrics(summary: Summary, runs: Sequence) -> None:
+    """FINISHED runs with one key computed the same thing, so they must agree on every metric that
+    depends only on code, data and seed; two that do not are an error naming both."""
+    first = runs[0]
+    reference = clean_metrics(first.data.metrics)
+    for other in runs[1:]:
+        theirs = clean_metrics(other.data.metrics)
+        if theirs != reference:
+            differ = sorted(k for k in set(reference) | set(theirs) if reference.get(k) != theirs.get(k))
+            raise ValueError(
+                f"{summary.path}: runs {first.info.run_id} and {other.info.run_id} both have key {summary.key} "
+                f"but different metrics ({differ[0]}: {reference.get(differ[0])} vs {theirs.get(differ[0])}"
+                f"{f', {len(differ) - 1} more' if len(differ) > 1 else ''}): a setting the key misses, "
+                "or a run logged by hand; delete the wrong run"
+            )
 
 
 def metrics_usage(metrics: dict[str, float]) -> dict[str, float] | None:
@@ -133,6 +184,21 @@ def metrics_usage(metrics: dict[str, float]) -> dict[str, float] | None:
 def sweep_usage(summaries: Sequence[Summary]) -> dict[str, float]:
     """Every field of the summaries' usage summed, plus ``runs``: how many reported usage (empty if none)."""
     return total_of_usages([s.usage for s in summaries])
+
+
+def rewriting_usage(folder: Path | str) -> dict[str, float]:
+    """What the paid rewriting stages sent and spent (``adv_p`` with an API generator: each writes
+    ``history/derive/<task>/adv_p.json``, :func:`src.derive.rewrite_billing.write_usage`), summed as
+    :func:`total_of_usages` sums runs (``runs``: how many stages reported); empty if none did. An
+    unreadable file is a ValueError naming it (the spend it held must not vanish silently)."""
+    usages = []
+    for path in sorted(Path(folder).glob("*/*.json")):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise ValueError(f"{path}: not a JSON history file of a rewriting stage ({error})") from None
+        usages.append(_usage(data.get("usage") if isinstance(data, dict) else None))
+    return total_of_usages(usages)
 
 
 def total_of_usages(usages: Sequence[dict[str, float] | None]) -> dict[str, float]:
@@ -202,6 +268,8 @@ def fetch_runs(client, summaries: Sequence[Summary], experiment_id: str, experim
             logged = name if field_name == "run name" else _field(run, field_name)
             if stated is not None and logged is not None and stated != logged:
                 raise ValueError(f"{where}: the summary says {field_name} {stated!r}, the run logged {logged!r}")
+        check_same_metrics(summary, finished)
+        check_summary_metrics(summary, run.data.metrics, run.info.run_id)
         runs.append(run)
     check_unique_configurations(summaries, runs)
     return runs

@@ -1,4 +1,5 @@
-"""The project files a ``src`` module needs: its import closure, as a DVC stage's code deps.
+"""The project files a ``src`` module needs: its import closure (and the environment lock), as a
+DVC stage's code deps.
 
 ``scripts/stage_deps.py`` writes each stage's deps from it, ``tests/test_dvc_graph.py`` checks
 them with it and a run's code version (:mod:`src.tracking.keys`) digests the same files, so the
@@ -16,6 +17,9 @@ ROOT = PROJECT_ROOT
 #: Packages whose members are chosen at run time by name (a registry): a stage that imports
 #: the package depends on all of it.
 DYNAMIC_PACKAGES = ("src/backends",)
+#: The exact library versions every stage runs on (scripts/setup.sh installs them): part of every
+#: stage's code, so a changed lock re-runs the stages and changes their code version.
+ENVIRONMENT_FILES = ("requirements.lock",)
 
 
 def module_file(name: str) -> Path | None:
@@ -69,9 +73,9 @@ def closure(module: str) -> set[Path]:
 
 def code_deps(module: str) -> list[str]:
     """The code deps of a stage running ``python -m module``: its closure, with each dynamic
-    package it touches named as a whole folder."""
+    package it touches named as a whole folder, and the environment lock (:data:`ENVIRONMENT_FILES`)."""
     needed = {p.relative_to(ROOT).as_posix() for p in closure(module)}
     for package in DYNAMIC_PACKAGES:
         if any(p.startswith(package + "/") for p in needed):
             needed = {p for p in needed if not p.startswith(package + "/")} | {package}
-    return sorted(needed)
+    return sorted(needed) + list(ENVIRONMENT_FILES)

@@ -136,7 +136,7 @@ def write_summary(directory: Path, config: str, run_id: str, complete: bool = Tr
     }
     path.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     if usage is not None:
-        write_history(path, {"run_id": run_id, "usage": usage})
+        write_history(path, {"key": run_id, "run_id": run_id, "usage": usage})  # a history carries its key
     return path
 
 

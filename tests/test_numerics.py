@@ -1,0 +1,240 @@
+"""Pinned numerics (src/numerics.py): a stage computes the same bytes whatever CPU it lands on.
+
+The slow test emulates two other CPUs on this one, as their libraries would see them: one whose
+ATen, MKL, oneDNN and OpenBLAS kernels stop at SSE and that has one core, one with this CPU's own
+kernels and two cores (and each its own ``PYTHONHASHSEED``). Under each, the stage commands train
+the fine-tuned tagger on a tiny slice and derive a tiny ``adv`` set from it in subprocesses; the
+checkpoint and every derived file must keep their bytes. Without the pinning the two emulated
+CPUs wrote different checkpoints (docs/pipeline.md, "Same bytes on another machine").
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from src import numerics
+from src.data.schema import write_records
+from tests.helpers.finetune_data import make_synthetic_records
+from tests.helpers.paths import REPO_ROOT
+
+#: Every variable by which a library picks its kernels or threads (the emulation clears them first).
+LIBRARY_VARIABLES = {
+    *numerics.THREAD_VARIABLES,
+    *(name for level in numerics.LEVELS.values() for name in level),
+    "MKL_ENABLE_INSTRUCTIONS",
+    "PYTHONHASHSEED",
+}
+#: Emulated CPUs: (environment their libraries start with, the cores the process may use).
+CPUS = {
+    "sse-one-core": (
+        {
+            "ATEN_CPU_CAPABILITY": "default",
+            "MKL_ENABLE_INSTRUCTIONS": "SSE4_2",
+            "ONEDNN_MAX_CPU_ISA": "SSE41",
+            "OPENBLAS_CORETYPE": "Prescott",
+            "PYTHONHASHSEED": "1",
+        },
+        {0},
+    ),
+    "native-two-cores": ({"PYTHONHASHSEED": "2"}, {0, 1}),
+}
+TRAINING = {
+    "max_steps": 4,
+    "learning_rate": "3e-4",
+    "train_batch_size": 8,
+    "eval_batch_size": 16,
+    "logging_steps": 2,
+    "max_length": 64,
+    "include_negatives": "false",
+    "report_to": "none",
+}
+ATTACK = ["--limit", "3", "--query-budget", "12", "--workers", "1", "--bootstrap-resamples", "200"]
+
+
+def emulated_cpu(name: str) -> tuple[dict[str, str], set[int]]:
+    """The environment and cores of an emulated CPU (this process's environment, its library
+    variables replaced)."""
+    variables, cores = CPUS[name]
+    env = {k: v for k, v in os.environ.items() if k not in LIBRARY_VARIABLES}
+    return env | variables, cores
+
+
+def run_stage(project: Path, args: list[str], cpu: str) -> None:
+    """One stage command (``python -m ...``) in ``project`` under an emulated CPU."""
+    env, cores = emulated_cpu(cpu)
+    done = subprocess.run(
+        [sys.executable, "-m", *args],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        preexec_fn=lambda: os.sched_setaffinity(0, cores),
+    )
+    assert done.returncode == 0, f"{args[0]} under {cpu}:\n{(done.stdout + done.stderr)[-4000:]}"
+
+
+def train_and_derive(project: Path, out: Path, cpu: str) -> dict[str, str]:
+    """Train the MiniLM tagger on a tiny synthetic slice and attack three records with it; the
+    sha256 of the checkpoint's and the derived set's files, by path under ``out``."""
+    records = make_synthetic_records(46, seed=3)
+    write_records(out / "train.jsonl", records[:32])
+    write_records(out / "val.jsonl", records[32:40])
+    write_records(out / "base.jsonl", records[40:])
+    settings = [item for key, value in TRAINING.items() for item in ("--set", f"{key}={value}")]
+    model = out / "model"
+    run_stage(
+        project,
+        ["src.finetune.train", "--model", "minilm", "--task", "timex", "--out", str(model)]
+        + ["--train-file", str(out / "train.jsonl"), "--val-file", str(out / "val.jsonl"), *settings],
+        cpu,
+    )
+    run_stage(
+        project,
+        ["src.derive.adv", "--input", str(out / "base.jsonl"), "--task", "timex", "--checkpoint", str(model)]
+        + ["--output", str(out / "adv.jsonl"), "--stats", str(out / "adv.stats.json")]
+        + ["--examples", str(out / "adv.md"), *ATTACK],
+        cpu,
+    )
+    inputs = {"train.jsonl", "val.jsonl", "base.jsonl"}
+    written = [p for p in sorted(out.rglob("*")) if p.is_file() and p.name not in inputs]
+    return {p.relative_to(out).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest() for p in written}
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="emulating a two-core CPU needs two cores")
+@pytest.mark.skipif(not (REPO_ROOT / "data/raw/nltk_data").is_dir(), reason="data/raw not pulled: dvc pull data.dvc")
+def test_the_checkpoint_and_the_derived_set_keep_their_bytes_on_another_cpu(tmp_path):
+    first = train_and_derive(REPO_ROOT, tmp_path / "run", "sse-one-core")
+    shutil.rmtree(tmp_path / "run")  # the same paths on both CPUs: the outputs name their inputs
+    second = train_and_derive(REPO_ROOT, tmp_path / "run", "native-two-cores")
+    assert {"model/model.safetensors", "model/training_summary.json", "adv.jsonl", "adv.stats.json"} <= set(first)
+    changed = sorted(path for path in first if first[path] != second.get(path))
+    assert not changed and first == second, f"bytes differ between the emulated CPUs: {changed}"
+
+
+def test_the_environment_pins_threads_kernels_hash_seed_and_hides_a_gpu():
+    env = numerics.environment(numerics.Numerics(threads=1, isa="avx2", hash_seed=0, device="cpu"))
+    assert env["PYTHONHASHSEED"] == "0" and env["CUDA_VISIBLE_DEVICES"] == ""
+    assert {env[name] for name in numerics.THREAD_VARIABLES} == {"1"}
+    assert env["ATEN_CPU_CAPABILITY"] == "avx2" and env["MKL_CBWR"] == "COMPATIBLE"
+    assert env["ONEDNN_MAX_CPU_ISA"] == "AVX2" and env["OPENBLAS_CORETYPE"] == "Haswell"
+    gpu = numerics.environment(numerics.Numerics(threads=2, isa="native", hash_seed=0, device="cuda"))
+    assert "CUDA_VISIBLE_DEVICES" not in gpu and "ATEN_CPU_CAPABILITY" not in gpu
+
+
+def test_the_project_settings_are_params_yaml_numerics_and_compute_on_the_cpu():
+    settings = numerics.settings()
+    assert settings.device == "cpu" and settings.isa in ("avx2", "baseline")
+
+
+@pytest.mark.parametrize(
+    "block,message",
+    [
+        ({"threads": 0, "isa": "avx2", "hash_seed": 0, "device": "cpu"}, "numerics.threads"),
+        ({"threads": 1, "isa": "avx512", "hash_seed": 0, "device": "cpu"}, "numerics.isa"),
+        ({"threads": 1, "isa": "avx2", "hash_seed": -1, "device": "cpu"}, "numerics.hash_seed"),
+        ({"threads": 1, "isa": "avx2", "hash_seed": 0, "device": "cuda"}, "isa: native"),
+        ({"threads": 1, "isa": "avx2", "hash_seed": 0, "device": "cpu", "thread": 2}, "unknown keys"),
+    ],
+)
+def test_a_wrong_setting_is_named(block, message):
+    with pytest.raises(ValueError, match=message):
+        numerics.Numerics.from_mapping(block)
+
+
+def test_a_cpu_without_the_level_is_one_error_line_not_other_kernels(monkeypatch):
+    monkeypatch.setitem(numerics.REQUIRED_FEATURES, "avx2", ("AVX2", "NO_SUCH_FEATURE"))
+    with pytest.raises(SystemExit) as stop:
+        numerics.pin()
+    assert str(stop.value).startswith("error: numerics.isa avx2 needs NO_SUCH_FEATURE")
+
+
+def test_a_command_restarts_itself_with_the_pinned_environment():
+    """A ``src`` command started without the pinned environment (another hash seed, other kernels)
+    starts again with it before computing: its set order is the pinned one on every start."""
+    outputs = set()
+    for seed, kernels in (("1", "default"), ("2", "avx2")):
+        env = {k: v for k, v in os.environ.items() if k not in LIBRARY_VARIABLES}
+        env |= {"PYTHONHASHSEED": seed, "ATEN_CPU_CAPABILITY": kernels}
+        done = subprocess.run(
+            [sys.executable, "-m", "src.numerics"], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == 0, done.stderr
+        outputs.add(done.stdout)
+    [shown] = outputs
+    pinned = subprocess.run(
+        [sys.executable, "-c", "print(hash('tempgen'))"],
+        env={**os.environ, "PYTHONHASHSEED": "0"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert f"hash('tempgen')={pinned.stdout.strip()}" in shown.splitlines()
+    threads = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())["numerics"]["threads"]
+    assert "ATEN_CPU_CAPABILITY=avx2" in shown and f"OMP_NUM_THREADS={threads}" in shown and "PYTHONHASHSEED=0" in shown
+
+
+def test_only_a_src_module_run_as_the_program_is_a_stage(monkeypatch):
+    main = type(sys)("__main__")
+    monkeypatch.setitem(sys.modules, "__main__", main)
+    assert not numerics.running_a_stage()  # python -c, pytest, a script
+    main.__spec__ = type("Spec", (), {"name": "src.derive.adv"})()
+    assert numerics.running_a_stage()
+
+
+@pytest.mark.skipif(not (REPO_ROOT / "data/raw/nltk_data").is_dir(), reason="data/raw not pulled: dvc pull data.dvc")
+def test_counter_fitted_embeddings_in_the_cache_are_never_read_unless_asked_for(monkeypatch):
+    """They are no dependency: a copy lying in ~/.cache/textattack on one machine must not change
+    the word attack's candidates there."""
+    from src.derive import attack_recipes
+
+    monkeypatch.setattr(attack_recipes, "counter_fitted_available", lambda: True)
+    transformation = attack_recipes.word_transformation(attack_recipes.WordAttackSettings())
+    assert isinstance(transformation, attack_recipes.OfflineWordNetSwap)
+    monkeypatch.setattr(attack_recipes, "counter_fitted_available", lambda: False)
+    with pytest.raises(FileNotFoundError, match="paragramcf"):
+        attack_recipes.word_transformation(attack_recipes.WordAttackSettings(use_counter_fitted=True))
+
+
+def test_the_lock_pins_the_environment_the_project_runs_in():
+    """requirements.lock is what scripts/write_lock.py reads from this environment: a dependency
+    added or upgraded without a new lock is caught here (and in CI, after set-up from the lock)."""
+    lock = (REPO_ROOT / "requirements.lock").read_text(encoding="utf-8")
+    pinned = [line for line in lock.splitlines() if line and not line.startswith("#")]
+    assert pinned and all(line.count("==") == 1 for line in pinned)
+    assert {"torch==2.13.0", "llama-cpp-python==0.3.36"} <= set(pinned)
+    done = subprocess.run(
+        [sys.executable, "scripts/write_lock.py", "--check"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_every_stage_command_imports_the_pinning_before_anything_else():
+    """A stage whose module loads a library before :mod:`src.numerics_first` would compute that
+    library's first numbers unpinned (or import it twice): the pinning is its first import."""
+    import ast
+    import re
+
+    import yaml
+
+    stages = yaml.safe_load((REPO_ROOT / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
+    modules = {re.search(r"python -m (src[\w.]*)", s.get("do", s)["cmd"]).group(1) for s in stages.values()}
+    assert {"src.finetune.train", "src.derive.adv", "src.run", "src.analyze"} <= modules
+    for module in sorted(modules):
+        tree = ast.parse((REPO_ROOT / (module.replace(".", "/") + ".py")).read_text(encoding="utf-8"))
+        imports = [
+            n
+            for n in tree.body
+            if isinstance(n, (ast.Import, ast.ImportFrom)) and getattr(n, "module", None) != "__future__"
+        ]
+        first = imports[0]
+        assert isinstance(first, ast.Import) and first.names[0].name == "src.numerics_first", module
