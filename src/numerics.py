@@ -4,7 +4,8 @@ seed on any x86-64 machine, so the same code, data and seed write the same bytes
 What a number's last bits depend on, besides the code and the data, is chosen by each library
 when it starts: torch's ATen kernels by the CPU's vector units (``ATEN_CPU_CAPABILITY``), MKL's
 matrix products by the CPU's vendor and model (``MKL_CBWR``: its conditional numerical
-reproducibility branch, of which only ``COMPATIBLE`` is the same on Intel and other x86 CPUs),
+reproducibility branch: ``AVX2`` at the default level, the same on every AVX2 CPU MKL runs that
+branch on; ``COMPATIBLE``, the one MKL promises across Intel and other vendors, at ``baseline``),
 oneDNN's JIT kernels (``ONEDNN_MAX_CPU_ISA``), OpenBLAS's (numpy's and scipy's) kernels
 (``OPENBLAS_CORETYPE``), every parallel reduction by its thread count (``OMP_NUM_THREADS`` and
 the others), Python's ``set`` order by ``PYTHONHASHSEED`` (TextAttack builds candidates from
@@ -41,7 +42,7 @@ LEVELS: dict[str, dict[str, str]] = {
     "avx2": {
         "ATEN_CPU_CAPABILITY": "avx2",
         "ONEDNN_MAX_CPU_ISA": "AVX2",
-        "MKL_CBWR": "COMPATIBLE",
+        "MKL_CBWR": "AVX2",
         "OPENBLAS_CORETYPE": "Haswell",
     },
     "baseline": {

@@ -179,7 +179,7 @@ def copy(tmp_path: Path) -> Path:
     repo = tmp_path / "repo"
     for name in ("src", "conf", "scripts"):
         shutil.copytree(ROOT / name, repo / name, ignore=shutil.ignore_patterns("__pycache__"))
-    for name in ("params.yaml", "sweep.yaml", "dvc.yaml", "pyproject.toml"):
+    for name in ("params.yaml", "sweep.yaml", "dvc.yaml", "pyproject.toml", "requirements.lock"):
         shutil.copy2(ROOT / name, repo / name)
     (repo / "tests").mkdir()
     for name in ("__init__.py", "conftest.py", "test_dvc_graph.py"):

@@ -74,6 +74,7 @@ def test_the_paper_profile_rewrites_with_gpt41_through_the_openai_backend():
         "base_url": "https://openrouter.ai/api/v1",
         "api_key_env": "OPENROUTER_API_KEY",
         "routing": pinned,
+        "on_model_mismatch": "fail",  # pinned means pinned: an off-pin rewrite is never kept
     }
     price = yaml.safe_load((ROOT / "conf" / "model" / "gpt41.yaml").read_text(encoding="utf-8"))["price"]
     assert (price["input_per_mtok"], price["output_per_mtok"], price["read"]) == (2.0, 8.0, "2025-07")
