@@ -57,12 +57,14 @@ class SignallingServer(FakeOpenAIServer):
         return _answer(body)
 
 
-def _run(workspace: Path, server: SignallingServer, signal_at: int | None) -> subprocess.CompletedProcess:
+def _run(workspace: Path, server: SignallingServer, signal_at: int | None, command: list[str] | None = None):
+    """The run as a foreground command (``command``: the run's arguments, default :func:`_command`),
+    Ctrl-C'd by the server at its ``signal_at``-th request."""
     server.signal_at = signal_at
     server.received = 0
     ledger = [f"budget.ledger_file={workspace / 'spend.json'}", "budget.ledger=interrupts"]
     process = subprocess.Popen(
-        [*_command(workspace, server), *ledger],
+        [*(command or _command(workspace, server)), *ledger],
         cwd=REPO_ROOT,
         env=_env(),
         stdout=subprocess.PIPE,
@@ -174,25 +176,12 @@ class BillingInterruptServer(FakeOpenAIServer):
 
 
 def _billed_run(workspace: Path, server: BillingInterruptServer, signal_at: int | None) -> subprocess.CompletedProcess:
-    server.signal_at, server.received = signal_at, 0
     command = [
         "model.options.max_retries=4" if part == "model.options.max_retries=0" else part
         for part in _command(workspace, server)
     ]
     command = ["model.options.max_concurrency=1" if "max_concurrency" in part else part for part in command]
-    ledger = [f"budget.ledger_file={workspace / 'spend.json'}", "budget.ledger=interrupts"]
-    process = subprocess.Popen(
-        [*command, *ledger],
-        cwd=REPO_ROOT,
-        env=_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
-    server.victim = process
-    stdout, stderr = process.communicate(timeout=300)
-    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+    return _run(workspace, server, signal_at, command)
 
 
 def _final_usage(workspace: Path) -> dict[str, float]:
