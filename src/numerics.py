@@ -4,8 +4,9 @@ seed on any x86-64 machine, so the same code, data and seed write the same bytes
 What a number's last bits depend on, besides the code and the data, is chosen by each library
 when it starts: torch's ATen kernels by the CPU's vector units (``ATEN_CPU_CAPABILITY``), MKL's
 matrix products by the CPU's vendor and model (``MKL_CBWR``: its conditional numerical
-reproducibility branch: ``AVX2`` at the default level, the same on every AVX2 CPU MKL runs that
-branch on; ``COMPATIBLE``, the one MKL promises across Intel and other vendors, at ``baseline``),
+reproducibility branch: ``COMPATIBLE`` at the default level, ``baseline``, the one branch MKL
+promises across Intel and other vendors; ``AVX2`` at ``avx2``, promised across Intel CPUs only:
+on another vendor's CPU MKL takes its ``AUTO`` branch instead),
 oneDNN's JIT kernels (``ONEDNN_MAX_CPU_ISA``), OpenBLAS's (numpy's and scipy's) kernels
 (``OPENBLAS_CORETYPE``), every parallel reduction by its thread count (``OMP_NUM_THREADS`` and
 the others), Python's ``set`` order by ``PYTHONHASHSEED`` (TextAttack builds candidates from
@@ -36,8 +37,9 @@ from numpy._core._multiarray_umath import __cpu_features__ as CPU_FEATURES  # wh
 
 from src.config.params import PARAMS_FILE, lookup
 
-#: Per level, the variables the libraries read at start-up. ``avx2``: what the embedded llama.cpp
-#: build needs anyway (scripts/setup.sh, GGML_NATIVE=OFF); ``baseline``: any x86-64 CPU.
+#: Per level, the variables the libraries read at start-up. ``baseline`` (the default): any x86-64
+#: CPU, the same bytes on Intel and AMD; ``avx2``: what the embedded llama.cpp build needs anyway
+#: (scripts/setup.sh, GGML_NATIVE=OFF), faster, but MKL's AVX2 branch holds on Intel CPUs only.
 LEVELS: dict[str, dict[str, str]] = {
     "avx2": {
         "ATEN_CPU_CAPABILITY": "avx2",

@@ -132,8 +132,10 @@ def test_the_environment_pins_threads_kernels_hash_seed_and_hides_a_gpu():
 
 
 def test_the_project_settings_are_params_yaml_numerics_and_compute_on_the_cpu():
+    """The committed lock is computed at the level MKL promises across CPU vendors (COMPATIBLE)."""
     settings = numerics.settings()
-    assert settings.device == "cpu" and settings.isa in ("avx2", "baseline")
+    assert settings.device == "cpu" and settings.isa == "baseline"
+    assert numerics.environment(settings)["MKL_CBWR"] == "COMPATIBLE"
 
 
 @pytest.mark.parametrize(
@@ -152,10 +154,11 @@ def test_a_wrong_setting_is_named(block, message):
 
 
 def test_a_cpu_without_the_level_is_one_error_line_not_other_kernels(monkeypatch):
-    monkeypatch.setitem(numerics.REQUIRED_FEATURES, "avx2", ("AVX2", "NO_SUCH_FEATURE"))
+    level = numerics.settings().isa
+    monkeypatch.setitem(numerics.REQUIRED_FEATURES, level, ("SSE2", "NO_SUCH_FEATURE"))
     with pytest.raises(SystemExit) as stop:
         numerics.pin()
-    assert str(stop.value).startswith("error: numerics.isa avx2 needs NO_SUCH_FEATURE")
+    assert str(stop.value).startswith(f"error: numerics.isa {level} needs NO_SUCH_FEATURE")
 
 
 def test_a_command_restarts_itself_with_the_pinned_environment():
@@ -179,8 +182,10 @@ def test_a_command_restarts_itself_with_the_pinned_environment():
         timeout=60,
     )
     assert f"hash('tempgen')={pinned.stdout.strip()}" in shown.splitlines()
-    threads = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())["numerics"]["threads"]
-    assert "ATEN_CPU_CAPABILITY=avx2" in shown and f"OMP_NUM_THREADS={threads}" in shown and "PYTHONHASHSEED=0" in shown
+    block = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())["numerics"]
+    kernels = numerics.LEVELS[block["isa"]]["ATEN_CPU_CAPABILITY"]
+    assert f"ATEN_CPU_CAPABILITY={kernels}" in shown and f"OMP_NUM_THREADS={block['threads']}" in shown
+    assert "PYTHONHASHSEED=0" in shown
 
 
 def test_only_a_src_module_run_as_the_program_is_a_stage(monkeypatch):
