@@ -19,6 +19,7 @@ from src.billing.session import PaidSession, paid_sweep_problem
 from src.config.budget import uncapped_sweep
 from src.config.errors import ConfigError
 from tests.helpers.paths import REPO_ROOT
+from tests.helpers.signals import ctrl_c_as_in_a_terminal
 
 #: A session that reserves, bills one attempt, says so, and waits to be stopped.
 SCRIPT = """
@@ -47,7 +48,11 @@ with session:
 def test_a_stopped_session_settles_what_it_spent_once(tmp_path: Path, signum: int):
     ledger = tmp_path / "spend.json"
     process = subprocess.Popen(
-        [sys.executable, "-c", SCRIPT, str(ledger)], cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", SCRIPT, str(ledger)],
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+        preexec_fn=ctrl_c_as_in_a_terminal,
     )
     try:
         assert process.stdout.readline().strip() == "billed"

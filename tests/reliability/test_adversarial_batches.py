@@ -25,6 +25,7 @@ from src.data.schema import write_records
 from tests.helpers.batch_server import BatchServer
 from tests.helpers.paths import REPO_ROOT
 from tests.helpers.resumable_run import WORDS, answer, records
+from tests.helpers.signals import ctrl_c_as_in_a_terminal
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
 N = len(WORDS)
@@ -76,6 +77,7 @@ def start(workspace: Path, base_url: str, name: str, *extra: str) -> subprocess.
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        preexec_fn=ctrl_c_as_in_a_terminal,
     )
 
 

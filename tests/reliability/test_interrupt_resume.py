@@ -32,6 +32,7 @@ from tests.helpers.resumable_run import (
     final_metrics as _final_metrics,
     records as _records,
 )
+from tests.helpers.signals import ctrl_c_as_in_a_terminal
 
 LINE = re.compile(r"^interrupted: (\d+) of (\d+) answers cached; the same command resumes$")
 
@@ -70,9 +71,7 @@ def _run(workspace: Path, server: SignallingServer, signal_at: int | None, comma
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        # a shell's background job (`pytest ... &`) ignores SIGINT, and its children inherit that:
-        # the run is started as a foreground command is, with Ctrl-C's default meaning
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        preexec_fn=ctrl_c_as_in_a_terminal,
     )
     server.victim = process
     stdout, stderr = process.communicate(timeout=300)
