@@ -182,9 +182,9 @@ def test_a_command_restarts_itself_with_the_pinned_environment():
         timeout=60,
     )
     assert f"hash('tempgen')={pinned.stdout.strip()}" in shown.splitlines()
-    block = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())["numerics"]
-    kernels = numerics.LEVELS[block["isa"]]["ATEN_CPU_CAPABILITY"]
-    assert f"ATEN_CPU_CAPABILITY={kernels}" in shown and f"OMP_NUM_THREADS={block['threads']}" in shown
+    settings = numerics.settings()
+    kernels = numerics.environment(settings)["ATEN_CPU_CAPABILITY"]
+    assert f"ATEN_CPU_CAPABILITY={kernels}" in shown and f"OMP_NUM_THREADS={settings.threads}" in shown
     assert "PYTHONHASHSEED=0" in shown
 
 
@@ -228,8 +228,6 @@ def test_every_stage_command_imports_the_pinning_before_anything_else():
     library's first numbers unpinned (or import it twice): the pinning is its first import."""
     import ast
     import re
-
-    import yaml
 
     stages = yaml.safe_load((REPO_ROOT / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
     modules = {re.search(r"python -m (src[\w.]*)", s.get("do", s)["cmd"]).group(1) for s in stages.values()}
