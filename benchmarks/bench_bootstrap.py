@@ -8,7 +8,9 @@ Three measurements (synthetic data, seeded):
    hand-tuned one (running sums in local variables, no intermediate lists).
    Target: >= 100x.
 2. scoring throughput: ``src.scoring.metrics.score_pairs`` on 400 sentence-sized instances and on
-   80 document-sized ones (many spans each).
+   80 document-sized ones (many spans each); beside it every scorer variant
+   (``src.scoring.variants.score_variant``) on the same pairs, as a ratio to ``score_pairs``.
+   Target: the released token variants take no longer than the paper scorer (ratio <= 1).
 3. the paper-scale analysis, 42 systems x 13 datasets x 400 instances x 10,000 resamples:
    one shared resample matrix per dataset and ``all_pairs_bootstrap``, against one
    ``paired_bootstrap`` per pair, timed on a sample of pairs and extrapolated to all of
@@ -20,6 +22,7 @@ Run: ``python benchmarks/bench_bootstrap.py`` (writes ``benchmarks/results/boots
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -35,8 +38,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from src.data.schema import Record, Span  # noqa: E402
 from src.scoring.metrics import score_pairs  # noqa: E402
 from src.scoring.stats import all_pairs_bootstrap, paired_bootstrap  # noqa: E402
+from src.scoring.variants import score_variant  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "bootstrap.json"
+VARIANTS = ("paper", "released", "released_best", "released_char")
+TOKEN_VARIANTS = ("released", "released_best")
 VOCAB = "the a last next week month year day Monday Friday May June morning noon said met left rain three two".split()
 
 
@@ -181,24 +187,27 @@ def bench_scoring(seed: int) -> dict:
     rng = random.Random(seed)
     sentences = synthetic_records(rng, 400, 25, 3)
     documents = synthetic_records(rng, 80, 400, 40)
-    sentence_s = best_of(lambda: score_pairs(sentences), 3)
-    document_s = best_of(lambda: score_pairs(documents), 1)
-    return {
-        "sentences": {
-            "instances": 400,
-            "words": 25,
-            "gold_spans_each": 3,
-            "seconds": sentence_s,
-            "instances_per_s": 400 / sentence_s,
-        },
-        "documents": {
-            "instances": 80,
-            "words": 400,
-            "gold_spans_each": 40,
-            "seconds": document_s,
-            "instances_per_s": 80 / document_s,
-        },
-    }
+    blocks = {}
+    for name, pairs, words, spans, repeats in (
+        ("sentences", sentences, 25, 3, 5),
+        ("documents", documents, 400, 40, 3),
+    ):
+        seconds = best_of(functools.partial(score_pairs, pairs), repeats)
+        variants = {}
+        for variant in VARIANTS:
+            variant_s = best_of(functools.partial(score_variant, pairs, variant), repeats)
+            variants[variant] = {"seconds": variant_s, "ratio_to_score_pairs": variant_s / seconds}
+        blocks[name] = {
+            "instances": len(pairs),
+            "words": words,
+            "gold_spans_each": spans,
+            "seconds": seconds,
+            "instances_per_s": len(pairs) / seconds,
+            "variants": variants,
+            "token_variants_target_ratio": 1.0,
+            "token_variants_met": all(variants[v]["ratio_to_score_pairs"] <= 1.0 for v in TOKEN_VARIANTS),
+        }
+    return blocks
 
 
 def bench_paper_scale(
@@ -299,6 +308,11 @@ def main(argv=None) -> int:
             f"{'scoring ' + str(block['instances']) + ' ' + name:58} {block['seconds']:10.4f} "
             f"{'':14} {block['instances_per_s']:7.0f}/s"
         )
+        for variant, timing in block["variants"].items():
+            print(
+                f"{'  variant ' + variant + ' (vs score_pairs)':58} {timing['seconds']:10.4f} "
+                f"{block['seconds']:14.4f} {timing['ratio_to_score_pairs']:7.2f}x"
+            )
     print(
         f"p-value vectorised {paired['p_value_vectorised']:.4f}, loops {paired['p_value_straightforward_loop']:.4f} "
         f"and {paired['p_value_tuned_loop']:.4f}; "

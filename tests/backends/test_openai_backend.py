@@ -92,12 +92,12 @@ def test_5xx_is_retried(server, make_backend):
 
 
 def test_timeout_is_retried(server, make_backend):
-    server.inject("sleepy", delay_s=1.5, times=1)
+    server.inject("sleepy", delay_s=6.0, times=1)
     started = time.monotonic()
     (result,) = make_backend(timeout_s=0.3).generate([request("sleepy")])
     assert result.text == '["sleepy"]'
     assert server.requests_matching("sleepy") == 2
-    assert time.monotonic() - started < 1.4  # did not wait for the slow answer
+    assert time.monotonic() - started < 4.0  # gave up on the 6 s answer after 0.3 s (wide margin: a loaded CI machine)
 
 
 def test_400_fails_at_once(server, make_backend):

@@ -459,26 +459,3 @@ def test_metric_names_and_flat_metrics():
     )
     block = scores["released_best"].to_dict()
     assert block["columns"] == list(STAT_COLUMNS) and block["stats"] == [[0.5, 2.0, 1.0, 2.0]]
-
-
-def test_token_variants_are_fast():
-    """10^4 sentence-like instances per token variant well under a second (about 0.05 s measured here)."""
-    import time
-
-    rng = random.Random(0)
-    words = ("the", "last", "week", "on", "friday", "said", "it", "fell", "three", "days", "in", "may", "monday")
-
-    def span() -> str:
-        return " ".join(rng.choice(words) for _ in range(rng.randint(1, 3)))
-
-    pairs = []
-    for k in range(10_000):
-        gold = [span() for _ in range(rng.randint(1, 3))]
-        preds = [rng.choice(gold) if rng.random() < 0.5 else span() for _ in range(rng.randint(0, 3))]
-        pairs.append((make_record(f"i{k}", " ; ".join(gold), [(g, T) for g in gold]), preds))
-    for name in ("released", "released_best"):
-        start = time.perf_counter()
-        score = score_variant(pairs, name)
-        elapsed = time.perf_counter() - start
-        assert len(score) == 10_000
-        assert elapsed < 2.0, f"{name}: {elapsed:.2f} s"  # loose: the machine is shared
