@@ -14,7 +14,11 @@ tuning) goes through the same steps, so the cap and the bill hold for each the s
 4. **the settle**: whatever happens (finished, failed, Ctrl-C, SIGTERM) the reservation becomes
    one ledger entry of what was spent (:meth:`PaidSession.settle`, idempotent);
 5. **the usage**: every attempt sent, billed retries included, and answers served from the
-   response cache counted apart, never as new spend (:meth:`PaidSession.usage`).
+   response cache counted apart, never as new spend (:meth:`PaidSession.usage`). A caller that
+   resumes (``keep_journal``: the ``adv_p`` rewriter) hands its results to :meth:`PaidSession.count`:
+   an answer an earlier, stopped process of the same caller bought counts at that process's bill
+   (:mod:`src.billing.earlier`), not as a free cached answer, until a complete run drops those
+   journals (:meth:`PaidSession.completed`).
 
 Use::
 
@@ -33,8 +37,9 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from src.billing.bill import BILL_FIELDS
-from src.billing.ledger import Budget, Reservation, reserve, usd
+from src.billing.bill import BILL_FIELDS, Bill
+from src.billing.earlier import EarlierAttempts
+from src.billing.ledger import Budget, Reservation, journals_folder, reserve, usd
 from src.billing.meter import Meter
 from src.config.errors import ConfigError
 
@@ -79,9 +84,12 @@ class PaidSession:
         self.meter = meter
         self.budget = budget
         self.sweep = sweep
-        self.keep_journal = keep_journal  # a prompted run: its next process counts it (src/billing/earlier.py)
+        self.keep_journal = keep_journal  # its next process counts it (src/billing/earlier.py)
         self.reservation: Reservation | None = None
         self.cached = 0  # answers the caller took from the response cache (bought before, not now)
+        self.earlier = EarlierAttempts([])  # what stopped processes of this caller were billed (keep_journal)
+        self.earlier_bill = Bill()  # ... for the requests this process took from them
+        self.earlier_sent = 0  # requests an earlier process bought whose cached answer this one used
         self.notes: list[str] = []
         self._settled = False
         self._previous_sigterm: Any = None
@@ -99,6 +107,8 @@ class PaidSession:
         for note in self.reservation.notes:
             log.warning("%s", note)
         self.meter.reservation = self.reservation
+        if self.keep_journal:  # after reserve: it carried the journal of a killed process of this caller
+            self.earlier = EarlierAttempts.of_run(journals_folder(self.budget), self.name)
         return self.reservation
 
     def attach(self, backend: Any) -> None:
@@ -109,6 +119,23 @@ class PaidSession:
             inner.meter = self.meter
 
     # ----- the end ---------------------------------------------------------------------------------
+
+    def count(self, results: Sequence[Any]) -> None:
+        """Count a batch of generation results: an answer from the response cache is free, unless an
+        earlier process of this caller was billed for its request (then it was sent, at that bill);
+        attempts earlier processes made for a request sent again now are added to the spend."""
+        for result in results:
+            before = self.earlier.take(result.request)
+            if before is None:
+                self.cached += bool(result.cached)
+                continue
+            self.earlier_bill.add(before)
+            self.earlier_sent += bool(result.cached)
+
+    def completed(self) -> None:
+        """The caller finished: its usage has counted the earlier processes' journals, so drop them
+        and this process's own (a later rerun reports its answers as cached). Call after settle."""
+        self.earlier.drop(also=None if self.reservation is None else self.reservation.carried)
 
     def settle(self) -> None:
         """Replace the reservation by one entry of what was spent (once; later calls do nothing)."""
@@ -141,8 +168,8 @@ class PaidSession:
         ``billed_attempts`` and the cost), the new requests, and the answers the response cache
         served (``cached``), which cost nothing now. The fields are :data:`~src.billing.bill.BILL_FIELDS`
         plus ``requests``, ``sent``, ``cached`` and ``retried``, as a run's usage names them."""
-        total = self.meter.total.as_dict()
-        sent = float(self.meter.requests)
+        total = Bill().add(self.meter.total).add(self.earlier_bill).as_dict()
+        sent = float(self.meter.requests + self.earlier_sent)
         usage = {"requests": sent + self.cached, "sent": sent, "cached": float(self.cached)}
         usage.update({name: total[name] for name in BILL_FIELDS})
         usage["retried"] = max(0.0, usage["attempts"] - sent)

@@ -61,7 +61,7 @@ import logging
 import sys
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -138,9 +138,14 @@ def _extra(record: Record, rewrite: str, generator: dict, kind: str, attempts: i
 
 
 def rewrite_records(
-    records: Sequence[Record], backend: Backend, settings: RewriteSettings, similarity: Similarity
+    records: Sequence[Record],
+    backend: Backend,
+    settings: RewriteSettings,
+    similarity: Similarity,
+    on_results: Callable[[list[GenerationResult]], None] | None = None,
 ) -> RewriteOutcome:
-    """Rewrite every record, retrying rejected ones in rounds (one batched ``generate`` per round)."""
+    """Rewrite every record, retrying rejected ones in rounds (one batched ``generate`` per round);
+    ``on_results`` sees each round's results as they come back (a paid session counts them)."""
     if settings.max_attempts < 1:
         raise ValueError(f"max_attempts must be >= 1, got {settings.max_attempts}")
     unknown = [k for k in settings.kinds if k not in KIND_PROMPTS]
@@ -162,6 +167,8 @@ def rewrite_records(
         round_kinds = [kinds[r.id][attempt % len(settings.kinds)] for r in pending]
         requests = [rewrite_request(r, attempt, settings.seed, k) for r, k in zip(pending, round_kinds)]
         results: list[GenerationResult] = backend.generate(requests, progress=f"adv_p attempt {attempt + 1}")
+        if on_results is not None:
+            on_results(results)
         checked: list[tuple[Record, str, Record]] = []
         failed = set()
         for record, kind, result in zip(pending, round_kinds, results):
@@ -397,19 +404,22 @@ def main(argv: Sequence[str] | None = None, similarity: Similarity | None = None
     config_path = model_config_path(args) if rewrite_billing.is_paid(name) else None
     session = rewrite_billing.paid_session(args, name, config_path, backend, records, settings)
     similarity = similarity or MiniLMSentenceSimilarity(args.similarity_model)
+    complete = False
     try:
         with session or contextlib.nullcontext():
-            outcome = rewrite_records(records, backend, settings, similarity)
+            outcome = rewrite_records(records, backend, settings, similarity, session and session.count)
             if session is not None:
-                session.cached = outcome.cached
                 rewrite_billing.stop_on_failures(outcome.errors)
+        complete = True
     except KeyboardInterrupt as stop:
         code = 143 if isinstance(stop, Terminated) else 130
         print(f"interrupted: the answers so far are cached; the same command resumes (exit {code})", file=sys.stderr)
         raise SystemExit(code) from None
     finally:
-        if session is not None:
+        if session is not None:  # a stopped or failed rewriting's usage is counted again by the rerun
             rewrite_billing.write_usage(Path(args.usage), session, backend)
+            if complete:
+                session.completed()
     stats = summarize(outcome, backend, settings) | {"seed": args.seed, "limit": args.limit}
     log.info(
         "adv_p: %d records in %.1fs; %d answers from the cache, %d prompt tokens reused",

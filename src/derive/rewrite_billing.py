@@ -7,7 +7,8 @@ reserved in the sweep's ledger (the profile's name, the profile's ``sweep.max_co
 sweep's cap covers the rewriting), every attempt admitted and billed by the session's meter, and
 settled whatever happens. What it spent (billed retries counted, cached answers apart) is written
 to ``history/derive/<task>/adv_p.json`` (:func:`usage_path`), beside the runs' history files,
-never into a DVC output. ``python -m src.plan --sweep`` prices the same requests
+never into a DVC output; a rerun after a stop, a kill or failed requests writes the whole
+rewriting's spend there (the stopped processes' journals, :mod:`src.billing.earlier`). ``python -m src.plan --sweep`` prices the same requests
 (:func:`rewrite_plan`). A local generator costs nothing and has no session.
 """
 
@@ -127,7 +128,7 @@ def start_session(
         log.warning("%s", warning)
     budget: Budget = budget_from_mapping(block)
     plan = rewrite_plan(name, backend, requests, price)
-    session = PaidSession(name, Meter(price, TokenCounter()), budget, sweep=uncapped_sweep(block))
+    session = PaidSession(name, Meter(price, TokenCounter()), budget, sweep=uncapped_sweep(block), keep_journal=True)
     ceiling = plan["ceiling_cost_usd"]
     log.info(
         "%s: %d requests at most, %d cached, %d to send (%s mode), ceiling %s",

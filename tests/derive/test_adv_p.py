@@ -495,6 +495,72 @@ def test_the_rewriters_spend_is_the_servers_bill_with_its_retries(tmp_path, monk
         assert sum(e["cost_usd"] for e in entries) == pytest.approx(server.billed_cost)
 
 
+def _billed_usage_matches(usage: dict, server: OpenAIServer, requests: int) -> None:
+    """The usage file holds the server's own bill over every process: all attempts, all billed."""
+    assert usage["attempts"] == server.request_count
+    assert usage["billed_attempts"] == server.billed["responses"]
+    assert usage["prompt_tokens"] == server.billed["prompt_tokens"]
+    assert usage["completion_tokens"] == server.billed["completion_tokens"]
+    assert usage["cost"] == pytest.approx(server.billed_cost)
+    assert (usage["sent"], usage["cached"]) == (requests, 0)
+
+
+def test_a_rerun_after_failed_rewrites_reports_the_whole_rewritings_bill(tmp_path, monkeypatch):
+    """Regression: a rerun's usage file counted only its own process, so the rewrites an earlier
+    process bought (and its billed retries of the request that failed) became free cached answers
+    in the report. Now it holds what the server billed across both processes; a third run, after
+    the rewriting completed, reports everything as cached at no cost."""
+    monkeypatch.delenv("OPENROUTER_API_KEY", raising=False)
+    records = [*REPORTED, make_record("c", "Prices reported in May stayed flat.", "May")]
+    write_records(tmp_path / "base.jsonl", records)
+    server = OpenAIServer(
+        answer=_synonym_or_typo, report_cost=False, price_in_per_token=2.0e-6, price_out_per_token=8.0e-6
+    )
+    options = ("--option", "backoff_base_s=0.01", "--option", "backoff_max_s=0.02", "--option", "max_retries=2")
+    with server:
+        argv = _rewrite_argv(tmp_path, server, _paper_like(tmp_path, 5.0), *options, "--max-attempts", "1")
+        server.doom("Prices reported in May", "null_content")  # billed, never an answer
+        with pytest.raises(SystemExit) as stop:
+            adv_p.main(argv, similarity=scripted_similarity())
+        assert stop.value.code == 1 and server.billed["responses"] == 2 + 3  # a, b; c's 3 billed tries
+        first = json.loads((tmp_path / "usage.json").read_text())["usage"]
+        assert first["cost"] == pytest.approx(server.billed_cost)
+
+        server.heal()
+        adv_p.main(argv, similarity=scripted_similarity())
+        assert [r.id for r in read_records(tmp_path / "timex" / "adv_p.jsonl")] == ["a", "b", "c"]
+        _billed_usage_matches(json.loads((tmp_path / "usage.json").read_text())["usage"], server, len(records))
+        entries = read_ledger(tmp_path / "spend.json")["ledgers"]["paper-test"]
+        assert sum(e["cost_usd"] for e in entries) == pytest.approx(server.billed_cost)  # each process once
+
+        adv_p.main(argv, similarity=scripted_similarity())  # complete: its journals were dropped
+        usage = json.loads((tmp_path / "usage.json").read_text())["usage"]
+        assert (usage["sent"], usage["cached"], usage["attempts"], usage["cost"]) == (0, len(records), 0, 0.0)
+
+
+def test_a_rerun_after_ctrl_c_counts_the_rewrites_the_stopped_process_bought(tmp_path, monkeypatch):
+    """Ctrl-C after the first round came back (every answer bought and cached): the stopped
+    process settles and exits 130; the rerun sends nothing and its usage file is still the
+    server's whole bill, not three free cached answers."""
+    monkeypatch.delenv("OPENROUTER_API_KEY", raising=False)
+    records = [*REPORTED, make_record("c", "Prices reported in May stayed flat.", "May")]
+    write_records(tmp_path / "base.jsonl", records)
+
+    def ctrl_c(originals, rewrites):
+        raise KeyboardInterrupt
+
+    with OpenAIServer(
+        answer=_synonym_or_typo, report_cost=False, price_in_per_token=2.0e-6, price_out_per_token=8.0e-6
+    ) as server:
+        argv = _rewrite_argv(tmp_path, server, _paper_like(tmp_path, 5.0))
+        with pytest.raises(SystemExit) as stop:
+            adv_p.main(argv, similarity=ctrl_c)
+        assert stop.value.code == 130 and server.request_count == len(records)
+        adv_p.main(argv, similarity=scripted_similarity())
+        assert server.request_count == len(records)  # all from the cache
+        _billed_usage_matches(json.loads((tmp_path / "usage.json").read_text())["usage"], server, len(records))
+
+
 def test_a_cap_or_its_absence_stops_the_rewriter_before_a_request(tmp_path, monkeypatch, capsys):
     """The sweep's cap covers the rewriting: a ceiling past it, or a paid profile without a cap,
     is one ``error: budget:`` line, exit 2, nothing sent or written."""
