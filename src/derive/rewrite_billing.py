@@ -8,8 +8,9 @@ sweep's cap covers the rewriting), every attempt admitted and billed by the sess
 settled whatever happens. What it spent (billed retries counted, cached answers apart) is written
 to ``history/derive/<task>/adv_p.json`` (:func:`usage_path`), beside the runs' history files,
 never into a DVC output; a rerun after a stop, a kill or failed requests writes the whole
-rewriting's spend there (the stopped processes' journals, :mod:`src.billing.earlier`). ``python -m src.plan --sweep`` prices the same requests
-(:func:`rewrite_plan`). A local generator costs nothing and has no session.
+rewriting's spend there (the stopped processes' journals, :mod:`src.billing.earlier`).
+``python -m src.plan --sweep`` prices the same requests (:func:`rewrite_plan`). A local
+generator costs nothing and has no session.
 """
 
 from __future__ import annotations
