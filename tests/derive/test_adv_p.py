@@ -450,6 +450,16 @@ def test_the_paper_profiles_api_generator_sends_the_rewrites_to_the_server(tmp_p
     assert (out.read_bytes(), stats_path.read_bytes(), examples.read_bytes()) == first
 
 
+def _billed_usage_matches(usage: dict, server: OpenAIServer, requests: int) -> None:
+    """The usage file holds the server's own bill over every process: all attempts, all billed."""
+    assert usage["attempts"] == server.request_count
+    assert usage["billed_attempts"] == server.billed["responses"]
+    assert usage["prompt_tokens"] == server.billed["prompt_tokens"]
+    assert usage["completion_tokens"] == server.billed["completion_tokens"]
+    assert usage["cost"] == pytest.approx(server.billed_cost)
+    assert (usage["sent"], usage["cached"]) == (requests, 0)
+
+
 def test_the_rewriters_spend_is_the_servers_bill_with_its_retries(tmp_path, monkeypatch):
     """Regression: the rewriter's meter had no price and no reservation, and its usage summed
     cached answers and dropped billed retries. Now the sweep's ledger and the usage file hold what
@@ -474,12 +484,7 @@ def test_the_rewriters_spend_is_the_servers_bill_with_its_retries(tmp_path, monk
         adv_p.main(argv, similarity=scripted_similarity())
         usage = json.loads((tmp_path / "usage.json").read_text())["usage"]
         assert server.billed["responses"] > len(records), "some billed replies were faults, retried"
-        assert usage["attempts"] == server.request_count
-        assert usage["billed_attempts"] == server.billed["responses"]
-        assert usage["prompt_tokens"] == server.billed["prompt_tokens"]
-        assert usage["completion_tokens"] == server.billed["completion_tokens"]
-        assert usage["cost"] == pytest.approx(server.billed_cost)
-        assert (usage["sent"], usage["cached"]) == (len(records), 0)
+        _billed_usage_matches(usage, server, len(records))
         entries = read_ledger(tmp_path / "spend.json")["ledgers"]["paper-test"]
         assert len(entries) == 1 and entries[0]["cost_usd"] == pytest.approx(server.billed_cost)
         assert entries[0]["run"] == "adv_p timex (gpt41)"
@@ -493,16 +498,6 @@ def test_the_rewriters_spend_is_the_servers_bill_with_its_retries(tmp_path, monk
         entries = read_ledger(tmp_path / "spend.json")["ledgers"]["paper-test"]
         assert [e["cost_usd"] for e in entries][1] == 0.0
         assert sum(e["cost_usd"] for e in entries) == pytest.approx(server.billed_cost)
-
-
-def _billed_usage_matches(usage: dict, server: OpenAIServer, requests: int) -> None:
-    """The usage file holds the server's own bill over every process: all attempts, all billed."""
-    assert usage["attempts"] == server.request_count
-    assert usage["billed_attempts"] == server.billed["responses"]
-    assert usage["prompt_tokens"] == server.billed["prompt_tokens"]
-    assert usage["completion_tokens"] == server.billed["completion_tokens"]
-    assert usage["cost"] == pytest.approx(server.billed_cost)
-    assert (usage["sent"], usage["cached"]) == (requests, 0)
 
 
 def test_a_rerun_after_failed_rewrites_reports_the_whole_rewritings_bill(tmp_path, monkeypatch):
