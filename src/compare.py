@@ -1,8 +1,11 @@
 """Paired bootstrap comparison of two systems: ``python -m src.compare --gold G --pred-a A --pred-b B``.
 
-Prints one JSON object with ``f1_a``, ``f1_b``, ``delta`` (A - B), ``delta_ci95``,
-``p_value`` (one-sided, "A better than B") and ``p_value_two_sided``; see
-``src.scoring.stats`` for the exact test. Both prediction files must cover exactly the gold
+Prints one JSON object with ``f1_a``, ``f1_b``, ``delta`` (A - B) and ``verdict``: the calibrated
+verdict (better / worse / equivalent / inconclusive) from whole documents, its two-sided
+permutation p-value, jackknife t interval, TOST p-value, MDD and the documents it rests on
+(:mod:`src.scoring.calibrated`, alpha / margin / power from params.yaml's ``analysis``). Beside it,
+named as the study's reading, ``delta_ci95``, ``p_value`` (one-sided, "A better than B") and
+``p_value_two_sided`` of the study's instance-level paired bootstrap (``src.scoring.stats``). Both prediction files must cover exactly the gold
 ids; bad input (files or options) exits with status 2 and one line on stderr naming
 file and line; ``--resamples`` is 1 to 1,000,000.
 """
@@ -14,8 +17,13 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from src.cli import OneLineArgumentParser, add_bootstrap_options, print_json_report
+from src.config.params import lookup
 from src.data.schema import DataError
+from src.scoring.calibrated import compare_documents
+from src.scoring.clustered import resampling_units
 from src.scoring.metrics import score_pairs
 from src.scoring.predictions import pair_predictions, read_gold, read_predictions
 from src.scoring.stats import paired_bootstrap
@@ -40,6 +48,12 @@ def compare_files(
     test = paired_bootstrap(result_a.stats[metric], result_b.stats[metric], resamples=resamples, seed=seed)
     report = test.to_dict()
     report.update({"n": len(result_a), "metric": metric, "seed": seed, "lowercase": lowercase})
+    report["study_reading"] = "delta_ci95, p_value and p_value_two_sided: the study's instance-level paired bootstrap"
+    ids = list(result_a.ids)
+    units = resampling_units(np.stack([result_a.stats[metric], result_b.stats[metric]]), ids)
+    alpha, margin, power = (float(lookup(f"analysis.{key}")) for key in ("alpha", "margin", "power"))
+    verdict = compare_documents(units[0], units[1], alpha, margin, power, resamples, seed)
+    report["verdict"] = {**verdict.to_dict(), "unit": "document", "alpha": alpha, "margin": margin, "power": power}
     return report
 
 

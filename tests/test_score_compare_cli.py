@@ -184,3 +184,37 @@ def test_score_variant_released_prints_the_released_scorer(tmp_path: Path):
     assert blocks["released_best"]["f1"] == pytest.approx(110 / 163)
     paper = json.loads(run_module("src.score", "--gold", gold, "--pred", pred).stdout)["lcs"]
     assert blocks["paper"]["f1"] == pytest.approx(paper["f1"])
+
+
+def test_compare_gives_the_calibrated_verdict_by_documents(tmp_path):
+    """Issue 47: compare resampled instances and gave no verdict while the report resampled documents. Ten
+    sentences of one document: no verdict (1 document); twelve documents: *better* by the permutation test."""
+
+    def gold_rows(documents: int, per_document: int) -> list[dict]:
+        return [
+            {
+                "id": f"doc{d}#s{s}",
+                "doc_id": f"doc{d}",
+                "text": "We met on Friday.",
+                "source": "t",
+                "spans": [{"start": 10, "end": 16, "text": "Friday", "label": "TIMEX"}],
+            }
+            for d in range(documents)
+            for s in range(per_document)
+        ]
+
+    for documents, per_document, expected, reason in ((1, 10, "inconclusive", "1 document"), (12, 2, "better", None)):
+        rows = gold_rows(documents, per_document)
+        gold = write_jsonl(tmp_path / f"gold{documents}.jsonl", rows)
+        right = write_jsonl(
+            tmp_path / f"a{documents}.jsonl", [{"id": r["id"], "predictions": ["Friday"]} for r in rows]
+        )
+        wrong = write_jsonl(tmp_path / f"b{documents}.jsonl", [{"id": r["id"], "predictions": ["met"]} for r in rows])
+        done = run_module("src.compare", "--gold", gold, "--pred-a", right, "--pred-b", wrong, "--resamples", "5000")
+        assert done.returncode == 0, done.stderr
+        report = json.loads(done.stdout)
+        assert report["p_value"] == 0.0  # the study's instance-level bootstrap: certainty either way
+        verdict = report["verdict"]
+        assert (verdict["verdict"], verdict["reason"], verdict["documents"]) == (expected, reason, documents)
+        assert verdict["unit"] == "document" and verdict["minimum_documents"] == 6
+    assert verdict["p_value"] == 1 / 2**11  # exact: of 4,096 swaps only none and all reach |delta| = 1

@@ -3,13 +3,16 @@
 From a pilot (an earlier run's evidence folders, e.g. the default profile's ``evidence/runs``),
 per dataset: the spread of the paired F1 difference between configurations scored on the same
 instances, resampled by whole documents (:mod:`src.scoring.clustered`), gives the spread one
-document contributes, ``sigma_1 = sd(delta*) * sqrt(documents)``. A one-sided test at alpha
-detects delta with probability ``power`` once ``(z(1-alpha) + z(power)) * sigma_1 / sqrt(D) <= delta``:
+document contributes, ``sigma_1 = sd(delta*) * sqrt(documents)``. The verdicts' two-sided test at
+alpha (:mod:`src.scoring.calibrated`) detects delta with probability ``power`` once
+``(z(1-alpha/2) + z(power)) * sigma_1 / sqrt(D) <= delta``:
 
-    documents needed  D = ceil(((z(1-alpha) + z(power)) * sigma_1 / delta) ** 2)
+    documents needed  D = max(ceil(((z(1-alpha/2) + z(power)) * sigma_1 / delta) ** 2), minimum documents)
     instances needed  = ceil(D * instances per document in the pilot)
 
-(the normal approximation of :func:`src.scoring.verdicts.minimum_detectable_difference`). A
+(the normal approximation), never fewer than the documents a verdict needs
+(:func:`src.scoring.calibrated.minimum_documents`). A pilot with fewer documents than that has no
+usable spread (one document resamples to itself: sd 0): its row says so and asks for nothing. A
 dataset with a single configuration in the pilot has no paired difference: its F1 spread times
 sqrt(2) stands in (two independent configurations), and the row says so.
 :func:`power_rows` sets the result beside a plan's cost (``python -m src.plan``).
@@ -27,6 +30,7 @@ import pandas as pd
 
 from src.config.locate import PROJECT_ROOT, project_relative
 from src.config.params import lookup
+from src.scoring.calibrated import minimum_documents
 from src.scoring.clustered import cluster_index, cluster_sums
 from src.scoring.stats import all_pairs_bootstrap, resample_counts
 from src.scoring.verdicts import all_pairs_tost, minimum_detectable_difference, z_sum
@@ -92,24 +96,33 @@ def instances_needed(
     if not 0 < delta < 1:
         raise ValueError(f"delta must be in (0, 1), got {delta}")
     folders = [folders] if isinstance(folders, (str, Path)) else list(folders)
-    factor = z_sum(alpha, power)
+    factor = z_sum(alpha / 2, power)
+    least = minimum_documents(alpha)
     rows = []
     for key, configs in pilot_statistics(folders).items():
         sigma, instances, documents, basis = _document_spread(configs, seed)
-        needed = math.ceil((factor * sigma / delta) ** 2) if sigma > 0 else 1
+        if documents < least:
+            too_small = f"pilot too small: {documents} document(s), a verdict needs at least {least}"
+            rows.append(
+                dict.fromkeys(NEEDED_COLUMNS)
+                | {"dataset": key, "pilot_configurations": len(configs), "pilot_instances": instances}
+                | {"pilot_documents": documents, "basis": too_small}
+            )
+            continue
+        needed = max(math.ceil((factor * sigma / delta) ** 2) if sigma > 0 else 1, least)
         rows.append(
             {
                 "dataset": key,
                 "pilot_configurations": len(configs),
                 "pilot_instances": instances,
                 "pilot_documents": documents,
-                "pilot_mdd": float(minimum_detectable_difference(sigma / math.sqrt(documents), alpha, power)),
+                "pilot_mdd": float(minimum_detectable_difference(sigma / math.sqrt(documents), alpha / 2, power)),
                 "documents_needed": needed,
                 "instances_needed": math.ceil(needed * instances / documents),
                 "basis": basis,
             }
         )
-    return pd.DataFrame(rows, columns=NEEDED_COLUMNS)
+    return pd.DataFrame(rows, columns=NEEDED_COLUMNS, dtype=object)  # object: counts stay ints beside a None
 
 
 def power_rows(needed: pd.DataFrame, plans: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -142,7 +155,9 @@ def power_rows(needed: pd.DataFrame, plans: Sequence[Mapping[str, Any]]) -> list
         power = (
             "no pilot evidence"
             if pilot is None
-            else f"{pilot['instances_needed']:,} instances ({pilot['documents_needed']:,} documents) needed; "
+            else pilot["basis"]
+            if pd.isna(pilot["documents_needed"])
+            else f"{int(pilot['instances_needed']):,} instances ({int(pilot['documents_needed']):,} documents) needed; "
             f"pilot: {pilot['pilot_instances']} instances, MDD {pilot['pilot_mdd']:.3f} ({pilot['basis']})"
         )
         lines.append(f"  {key}: {power}; {cost}")

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from src.scoring.calibrated import permutation_p
 from src.scoring.clustered import resampling_units
 from src.scoring.power import instances_needed, power_beside_cost, power_rows
-from src.scoring.stats import all_pairs_bootstrap, resample_counts
 from src.tracking.evidence import write_evidence
 
 K = 4  # gold = predicted spans per sentence: F1 is the mean match share
@@ -47,8 +47,7 @@ def test_a_study_of_the_size_asked_for_detects_delta_with_the_asked_power(tmp_pa
     for trial in range(trials):
         ids, a, b = simulated_study(rng, documents, delta)
         units = resampling_units(np.stack([a, b]), ids)
-        result = all_pairs_bootstrap(units, resample_counts(units.shape[1], 400, trial))
-        rejected += result.p_value[0, 1] < 0.05
+        rejected += permutation_p(units[0], units[1], permutations=400, seed=trial) < 0.05  # the verdicts' test
     assert 0.8 - 0.12 < rejected / trials < 0.8 + 0.12
 
 
@@ -93,3 +92,18 @@ def test_power_beside_cost_reads_the_pilot_and_says_when_there_is_none(tmp_path)
         f"{needed.iloc[0]['pilot_mdd']:.3f} (2 paired configurations); 40 requests planned, cost at most price unknown"
     )
     assert power_beside_cost(plans, [tmp_path / "nothing"])[0].startswith("power: no pilot evidence under ")
+
+
+def test_a_one_document_pilot_asks_for_nothing_and_no_plan_goes_below_the_minimum(tmp_path):
+    """Issue 47: a one-document pilot had MDD 0 and said one document was enough."""
+    rng = np.random.default_rng(5)
+    ids, a, b = simulated_study(rng, 1, 0.0)
+    for name, stats in (("m-I", a), ("m-D", b)):
+        artifact = {"ids": ids, "stats": {"lcs": stats.tolist()}}
+        write_evidence(tmp_path / "one" / name, {"run_name": name, "key": name}, {}, {("timex", "base"): artifact})
+    row = instances_needed(tmp_path / "one", 0.3).iloc[0]
+    assert row["documents_needed"] is None and row["pilot_mdd"] is None
+    assert row["basis"] == "pilot too small: 1 document(s), a verdict needs at least 6"
+    assert power_rows(instances_needed(tmp_path / "one", 0.3), [])[1] == f"  timex/base: {row['basis']}; not planned"
+    big = instances_needed(pilot(tmp_path, rng, documents=40), 0.9).iloc[0]  # a huge delta: the formula says 1
+    assert big["documents_needed"] == 6
