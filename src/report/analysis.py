@@ -1,7 +1,7 @@
 """The study's analysis as computation: a loaded :class:`~src.report.results.RunResults` -> :class:`Analysis`.
 
-Runs every pairwise paired bootstrap test (each pair on the instances both configurations
-were scored on), answers RQ1-RQ3 with the raw p < alpha beside a multiple-comparison
+Runs every calibrated pairwise test (:mod:`src.scoring.calibrated`; each pair on the instances
+both configurations were scored on), answers RQ1-RQ3 with the raw p < alpha beside a multiple-comparison
 correction, compares the fine-tuned models with each other (their own correction family),
 and records which run, commit and data version every configuration's numbers came from.
 Nothing here writes a file: ``src.analyze`` (the entry point) loads, calls and writes;
@@ -24,7 +24,6 @@ from src.report.results import RunResults
 from src.report.robustness import DEFAULT_FLIP_THRESHOLD, robustness_table
 from src.report.uncertainty import DEFAULT_POWER, interval_widths, power_table, rq2_intervals
 from src.scoring.clustered import DOCUMENT, INSTANCE
-from src.scoring.verdicts import EQUIVALENT, INCONCLUSIVE, STUDY_EQUAL
 
 #: The two multiple-comparison families: RQ1-RQ3 over prompted configurations, and fine-tuned models among themselves.
 PROMPTED, FINETUNED = "prompted", "fine-tuned"
@@ -169,7 +168,7 @@ def run_analysis(
     dimensions = dimensions if dimensions is not None else load_dimensions()
     groups = strategy_groups(results.runs)
     prompted = set(groups["all"])
-    options = {"margin": margin, "unit": unit}
+    options = {"margin": margin, "unit": unit, "power": power}
     family = comparisons.comparison_family(
         PROMPTED, results.datasets, groups["all"], resamples, seed, alpha, correction, **options
     )
@@ -221,7 +220,7 @@ def run_analysis(
     analysis.power = power_table((family, finetuned), alpha, power)
     analysis.widths = interval_widths(results.datasets, resamples, seed)
     analysis.results = dataclasses.replace(results, scores=with_intervals(results.scores, analysis.widths, unit))
-    analysis.robustness = robustness_table(results.datasets, resamples, seed, flip_threshold, unit)
+    analysis.robustness = robustness_table(results.datasets, resamples, seed, flip_threshold, unit, alpha)
     analysis.rq2_intervals = rq2_intervals(results.datasets, f1, groups, resamples, seed)
     timings["analysis_s"] = time.perf_counter() - started
     return analysis
@@ -263,26 +262,25 @@ def finetuned_pairs(analysis: Analysis) -> pd.DataFrame:
     return pairwise_long(analysis.finetuned, analysis.correction)
 
 
-def study_reading(verdict):
-    """The study's name for a verdict (elementwise): equivalent and inconclusive are its "almost equal"."""
-    values = np.asarray(verdict, dtype=object)
-    out = np.where(np.isin(values, [EQUIVALENT, INCONCLUSIVE]), STUDY_EQUAL, values)
-    return str(out) if out.ndim == 0 else out
-
-
 def pairwise_long(family: comparisons.ComparisonFamily, correction: str) -> pd.DataFrame:
-    """Every tested pair of a family: instances, F1s on them, delta, raw and adjusted p (a over b), outcomes."""
+    """Every tested pair of a family: instances and documents, F1s on them, the delta with its interval,
+    the calibrated two-sided and TOST p (raw and corrected), the verdicts, and the study's one-sided
+    bootstrap p with its reading beside (named as the study's)."""
     frames = []
     for key, test in family.tests.items():
         i, j = np.triu_indices(len(test.configs), 1)
         keep = test.tested[i, j]
         i, j = i[keep], j[keep]
         configs = np.asarray(test.configs, dtype=object)
+        nan = np.full_like(test.p_value, np.nan)
         raw = family.outcomes["none"][key].to_numpy()
         corrected = family.outcomes[correction][key].to_numpy()
-        adjusted = family.p_adjusted[key]
-        tost = test.p_equivalent if test.p_equivalent is not None else np.full_like(test.p_value, np.nan)
-        tost_adjusted = family.equivalence_adjusted.get(key, np.full_like(test.p_value, np.nan))
+        study_raw = family.study_outcomes["none"][key].to_numpy() if family.study_outcomes else raw
+        study = family.study_outcomes[correction][key].to_numpy() if family.study_outcomes else corrected
+        two_sided = test.p_two_sided if test.p_two_sided is not None else nan
+        adjusted = np.fmin(family.p_adjusted[key], family.p_adjusted[key].T)
+        tost = test.p_equivalent if test.p_equivalent is not None else nan
+        tost_adjusted = family.equivalence_adjusted.get(key, nan)
         frames.append(
             pd.DataFrame(
                 {
@@ -290,19 +288,22 @@ def pairwise_long(family: comparisons.ComparisonFamily, correction: str) -> pd.D
                     "config_a": configs[i],
                     "config_b": configs[j],
                     "instances": test.instances[i, j],
+                    "documents": (test.documents if test.documents is not None else test.instances)[i, j],
                     "f1_a": test.f1[i, j],
                     "f1_b": test.f1[j, i],
                     "delta": test.f1[i, j] - test.f1[j, i],
-                    "p_a_better": test.p_value[i, j],
-                    "p_b_better": test.p_value[j, i],
-                    f"p_{correction}_a_better": adjusted[i, j],
-                    f"p_{correction}_b_better": adjusted[j, i],
+                    "ci_low": (test.ci_low if test.ci_low is not None else nan)[i, j],
+                    "ci_high": (test.ci_high if test.ci_high is not None else nan)[i, j],
+                    "p_value": two_sided[i, j],
+                    f"p_{correction}": adjusted[i, j],
                     "p_equivalent": tost[i, j],
                     f"p_equivalent_{correction}": tost_adjusted[i, j],
                     "outcome": raw[i, j],
                     f"outcome_{correction}": corrected[i, j],
-                    "study_outcome": study_reading(raw[i, j]),
-                    f"study_outcome_{correction}": study_reading(corrected[i, j]),
+                    "p_a_better": test.p_value[i, j],
+                    "p_b_better": test.p_value[j, i],
+                    "study_outcome": study_raw[i, j],
+                    f"study_outcome_{correction}": study[i, j],
                 }
             )
         )
@@ -311,17 +312,20 @@ def pairwise_long(family: comparisons.ComparisonFamily, correction: str) -> pd.D
         "config_a",
         "config_b",
         "instances",
+        "documents",
         "f1_a",
         "f1_b",
         "delta",
-        "p_a_better",
-        "p_b_better",
-        f"p_{correction}_a_better",
-        f"p_{correction}_b_better",
+        "ci_low",
+        "ci_high",
+        "p_value",
+        f"p_{correction}",
         "p_equivalent",
         f"p_equivalent_{correction}",
         "outcome",
         f"outcome_{correction}",
+        "p_a_better",
+        "p_b_better",
         "study_outcome",
         f"study_outcome_{correction}",
     ]

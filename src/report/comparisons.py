@@ -1,21 +1,20 @@
 """Pairwise comparisons of configurations, the family every research question draws on.
 
-Each pair of configurations is compared on the instances both were scored on. Configurations
-scored on identical instance sets share one resample matrix and are tested all at once
-(``src.scoring.stats.all_pairs_bootstrap``); pairs across such groups are tested on their
-intersection, one matrix per distinct intersection. A multiple-comparison correction runs over
-the family of all pairwise tests (every tested unordered pair on every dataset), applied to the
-one-sided p-value in the observed direction.
+Each pair of configurations is compared on the instances both were scored on; pairs whose
+shared instances are the same form one comparison set. Every verdict is the calibrated one of
+:mod:`src.scoring.calibrated` on the set's resampling units (whole documents by default): a
+two-sided document-swap permutation test for *better*/*worse* (one draw of swaps serves every
+pair of a set), TOST on the jackknife t interval for *equivalent*, and *inconclusive* below the
+minimum documents holding a gold span. A multiple-comparison correction runs over the family of
+all pairwise tests (every tested unordered pair on every dataset) on the two-sided p-values;
+pairs below the minimum documents have none and stay out of the family.
 
-Each pair also gets an equivalence test (TOST, :mod:`src.scoring.verdicts`) against the margin,
-corrected over the same family. Outcome tables are DataFrames (configs x configs) of the four
-verdicts "better"/"equivalent"/"inconclusive"/"worse" for the row configuration against the
-column one ("untested" where the two share no instance); the study's reading ("almost equal"
-for p >= alpha) is equivalent + inconclusive.
-
-Resamples draw whole documents by default (:mod:`src.scoring.clustered`), one draw shared by
-every configuration of a comparison set, so the tests stay paired; ``unit="instance"`` is the
-study's instance-level bootstrap.
+Outcome tables are DataFrames (configs x configs) of the four verdicts
+"better"/"equivalent"/"inconclusive"/"worse" for the row configuration against the column one
+("untested" where the two share no instance). The study's own reading is kept beside, named as
+the study's: its one-sided percentile bootstrap (``src.scoring.stats.all_pairs_bootstrap``,
+"better" when p(A > B) < alpha, else "almost equal"), which the calibration
+(docs/scoring.md#calibration) shows to be liberal at these sizes.
 """
 
 from __future__ import annotations
@@ -28,6 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from src.scoring.calibrated import DEFAULT_PERMUTATIONS, MIN_DOCUMENTS, compare_all_pairs
 from src.scoring.clustered import DOCUMENT, resampling_units
 from src.scoring.stats import (
     all_pairs_bootstrap,
@@ -37,7 +37,7 @@ from src.scoring.stats import (
     observed_f1,
     resample_counts,
 )
-from src.scoring.verdicts import all_pairs_tost, classify_verdict, minimum_detectable_difference
+from src.scoring.verdicts import STUDY_EQUAL, classify_verdict
 
 CORRECTIONS = {"holm": holm, "bh": benjamini_hochberg}
 #: How the report names each correction (and the raw p-values, "none").
@@ -46,23 +46,34 @@ CORRECTION_NAMES = {"none": "raw p", "holm": "Holm", "bh": "Benjamini-Hochberg"}
 UNTESTED = "untested"
 #: The equivalence margin when none is given: params.yaml ``analysis.equivalence_margin`` (docs/scoring.md).
 DEFAULT_MARGIN = 0.02
+#: The significance level when none is given: params.yaml ``analysis.alpha``.
+DEFAULT_ALPHA = 0.05
+#: The power MDDs are stated at when none is given: params.yaml ``analysis.power``.
+DEFAULT_POWER = 0.8
 
 
 @dataclass
 class PairwiseTests:
-    """All pairwise paired bootstrap tests on one dataset, each pair on the instances both share.
+    """All pairwise tests on one dataset, each pair on the instances both share.
 
     Attributes:
         configs: the configurations, in the order of both axes.
         f1: (S, S) observed F1 of the row configuration on the instances it shares with the
             column one (diagonal: on all its own instances).
-        p_value: (S, S) one-sided p for "row better than column"; NaN where the pair shares
-            no instance (diagonal 0.5).
+        p_value: (S, S) the study's one-sided bootstrap p for "row better than column" (its
+            reading only); NaN where the pair shares no instance (diagonal 0.5).
         instances: (S, S) number of instances each pair was compared on (diagonal: the
             configuration's own).
-        p_equivalent: (S, S) TOST p-value of "|delta| < margin" (symmetric; NaN where untested).
-        delta_sd: (S, S) standard deviation of the resampled delta (the test's noise; NaN where untested).
+        p_equivalent: (S, S) calibrated TOST p of "|delta| < margin" (symmetric; NaN where untested
+            or below the minimum documents).
+        delta_sd: (S, S) jackknife standard error of the delta (the calibrated test's noise).
         units: (S, S) resampling units (documents, or instances) each pair was compared on.
+        p_two_sided: (S, S) the calibrated two-sided permutation p (symmetric; NaN where untested
+            or below the minimum documents): the p every verdict reads.
+        documents: (S, S) resampling units holding a gold span each pair was compared on.
+        minimum_documents: fewest such units a verdict is given on.
+        ci_low, ci_high: (S, S) the t interval of row minus column at 1 - alpha.
+        mdd_pairs: (S, S) each pair's minimum detectable difference (NaN where no verdict can be given).
     """
 
     key: str
@@ -73,15 +84,24 @@ class PairwiseTests:
     p_equivalent: np.ndarray | None = None
     delta_sd: np.ndarray | None = None
     units: np.ndarray | None = None
+    p_two_sided: np.ndarray | None = None
+    documents: np.ndarray | None = None
+    minimum_documents: int = MIN_DOCUMENTS
+    ci_low: np.ndarray | None = None
+    ci_high: np.ndarray | None = None
+    mdd_pairs: np.ndarray | None = None
 
-    def mdd(self, alpha: float, power: float = 0.8) -> float:
-        """Median minimum detectable difference over the tested pairs (NaN when none or no sd)."""
-        if self.delta_sd is None:
+    def mdd(self, alpha: float | None = None, power: float | None = None) -> float:
+        """Median minimum detectable difference over the pairs that can get a verdict (NaN when none).
+
+        The MDDs were computed at the analysis's alpha and power (the arguments are kept for callers)."""
+        if self.mdd_pairs is None:
             return float("nan")
         upper_i, upper_j = np.triu_indices(len(self.configs), 1)
         keep = self.tested[upper_i, upper_j]
-        sd = self.delta_sd[upper_i[keep], upper_j[keep]]
-        return float(minimum_detectable_difference(np.median(sd), alpha, power)) if sd.size else float("nan")
+        values = self.mdd_pairs[upper_i[keep], upper_j[keep]]
+        values = values[~np.isnan(values)]
+        return float(np.median(values)) if values.size else float("nan")
 
     @property
     def tested(self) -> np.ndarray:
@@ -100,6 +120,17 @@ class PairwiseTests:
         upper_i, upper_j = np.triu_indices(len(self.configs), 1)
         values, counts = np.unique(np.asarray(self.instances)[upper_i, upper_j], return_counts=True)
         return sorted(((int(v), int(c)) for v, c in zip(values, counts)), reverse=True)
+
+    def directional(self, p_two_sided: np.ndarray | None = None) -> np.ndarray:
+        """(S, S) a two-sided p-matrix placed in the observed direction of each pair (the other gets 1),
+        so ``classify_verdict(A, A.T, ...)`` reads it; NaN where untested or without a test."""
+        p = self.p_two_sided if p_two_sided is None else p_two_sided
+        if p is None:
+            return np.full_like(self.p_value, np.nan)
+        delta = self.f1 - self.f1.T
+        out = np.where(np.isnan(p), np.nan, np.where(delta > 0, p, 1.0))
+        np.fill_diagonal(out, 1.0)
+        return out
 
 
 @dataclass
@@ -163,14 +194,19 @@ def pairwise_tests(
     seed: int,
     margin: float = DEFAULT_MARGIN,
     unit: str = DOCUMENT,
+    alpha: float = DEFAULT_ALPHA,
+    power: float = DEFAULT_POWER,
+    permutations: int = DEFAULT_PERMUTATIONS,
+    min_documents: int = MIN_DOCUMENTS,
 ) -> dict[str, PairwiseTests]:
     """All-pairs tests per dataset, each pair on the instances both configurations were scored on.
 
     ``datasets`` maps a key to an object with ``configs``, ``ids`` (config -> ids) and
-    ``stacked(configs, ids)`` (a :class:`src.report.results.DatasetStats`). One resample
-    matrix of ``unit`` (documents or instances; seeded by :func:`dataset_seed` from the seed,
-    the dataset and the instance set) serves every pair of a comparison set, which also gets
-    its TOST p-values against ``margin``. Datasets with fewer than two configurations are skipped.
+    ``stacked(configs, ids)`` (a :class:`src.report.results.DatasetStats`). Each comparison set
+    gets its calibrated tests (:func:`src.scoring.calibrated.compare_all_pairs`, one draw of
+    ``permutations`` swaps) and the study's bootstrap of ``resamples`` (one resample matrix), both
+    seeded by :func:`dataset_seed` from the seed, the dataset and the instance set. Datasets with
+    fewer than two configurations are skipped.
     """
     out = {}
     for key, data in datasets.items():
@@ -178,12 +214,10 @@ def pairwise_tests(
         size = len(configs)
         if size < 2:
             continue
-        f1 = np.full((size, size), np.nan)
-        p = np.full((size, size), np.nan)
+        f1, p = np.full((size, size), np.nan), np.full((size, size), np.nan)
         np.fill_diagonal(p, 0.5)
-        instances = np.zeros((size, size), dtype=np.int64)
-        p_equivalent, delta_sd = np.full((size, size), np.nan), np.full((size, size), np.nan)
-        units = np.zeros((size, size), dtype=np.int64)
+        instances, units, documents = (np.zeros((size, size), dtype=np.int64) for _ in range(3))
+        calibrated = {name: np.full((size, size), np.nan) for name in ("p", "eq", "se", "low", "high", "mdd")}
         for s, config in enumerate(configs):
             own = data.stacked([config], list(data.ids[config]))[0]
             f1[s, s] = observed_f1(own[None])[0]
@@ -192,16 +226,48 @@ def pairwise_tests(
             stats = resampling_units(data.stacked([configs[n] for n in found.configs], found.ids), found.ids, unit)
             counts = resample_counts(stats.shape[1], resamples, dataset_seed(seed, key, found.ids))
             result = all_pairs_bootstrap(stats, counts)
-            tost, sd = all_pairs_tost(result.boot_f1, margin)
             i, j = np.array(found.pairs, dtype=np.int64).T
             a, b = np.searchsorted(found.configs, i), np.searchsorted(found.configs, j)  # configs is sorted
+            tests = compare_all_pairs(
+                stats,
+                list(zip(a, b)),
+                alpha,
+                margin,
+                power,
+                permutations,
+                dataset_seed(seed, f"{key}|swaps", found.ids),
+                min_documents,
+            )
             f1[i, j], f1[j, i] = result.f1[a], result.f1[b]
             p[i, j], p[j, i] = result.p_value[a, b], result.p_value[b, a]
-            p_equivalent[i, j] = p_equivalent[j, i] = tost[a, b]
-            delta_sd[i, j] = delta_sd[j, i] = sd[a, b]
+            for name, values in (
+                ("p", tests.p_value),
+                ("eq", tests.p_equivalent),
+                ("se", tests.se),
+                ("low", tests.ci_low),
+                ("high", tests.ci_high),
+                ("mdd", tests.mdd),
+            ):
+                calibrated[name][i, j], calibrated[name][j, i] = values[a, b], values[b, a]
             instances[i, j] = instances[j, i] = len(found.ids)
             units[i, j] = units[j, i] = stats.shape[1]
-        out[key] = PairwiseTests(key, configs, f1, p, instances, p_equivalent, delta_sd, units)
+            documents[i, j] = documents[j, i] = tests.documents
+        out[key] = PairwiseTests(
+            key,
+            configs,
+            f1,
+            p,
+            instances,
+            p_equivalent=calibrated["eq"],
+            delta_sd=calibrated["se"],
+            units=units,
+            p_two_sided=calibrated["p"],
+            documents=documents,
+            minimum_documents=min_documents,
+            ci_low=calibrated["low"],
+            ci_high=calibrated["high"],
+            mdd_pairs=calibrated["mdd"],
+        )
     return out
 
 
@@ -224,13 +290,25 @@ def _family_pieces(
 
 
 def directional_adjusted(tests: Mapping[str, PairwiseTests], method: str) -> dict[str, np.ndarray]:
-    """Adjusted one-sided p-matrices over the family of every tested unordered pair on every dataset.
+    """Adjusted two-sided p over the family of every tested unordered pair on every dataset, placed
+    in each pair's observed direction (:meth:`PairwiseTests.directional`; the other direction gets 1),
+    so ``classify_verdict(A, A.T, ...)`` reads the outcome. Untested pairs and pairs below the minimum
+    documents stay out of the family and keep NaN."""
+    adjusted, layout = _family_pieces(tests, method, lambda t, i, j: _two_sided(t)[i, j])
+    out, start = {}, 0
+    for key, upper_i, upper_j in layout:
+        test = tests[key]
+        matrix = np.full((len(test.configs),) * 2, np.nan)
+        values = adjusted[start : start + upper_i.size]
+        start += upper_i.size
+        matrix[upper_i, upper_j] = matrix[upper_j, upper_i] = values
+        out[key] = test.directional(matrix)
+    return out
 
-    Each pair enters the family once, with the p-value of its observed direction
-    ``min(p_ij, p_ji)``; the adjusted value goes to that direction and the other gets 1
-    (both get it on an exact tie), so ``classify_outcome(A, A.T)`` reads the outcome.
-    Untested pairs (no shared instance) stay out of the family and keep NaN.
-    """
+
+def study_adjusted(tests: Mapping[str, PairwiseTests], method: str) -> dict[str, np.ndarray]:
+    """The study's reading corrected: its one-sided bootstrap p of the observed direction
+    ``min(p_ij, p_ji)`` adjusted over the family; the other direction gets 1."""
     adjusted, layout = _family_pieces(tests, method, lambda t, i, j: np.minimum(t.p_value[i, j], t.p_value[j, i]))
     out, start = {}, 0
     for key, upper_i, upper_j in layout:
@@ -306,15 +384,35 @@ def outcome_tables(
     adjusted = directional_adjusted(tests, correction) if adjusted is None else adjusted
     equivalence = equivalence_adjusted(tests, correction) if equivalence is None else equivalence
     return {
-        "none": {k: outcome_table(t.configs, t.p_value, alpha, t.tested, _tost(t)) for k, t in tests.items()},
+        "none": {k: outcome_table(t.configs, t.directional(), alpha, t.tested, _tost(t)) for k, t in tests.items()},
         correction: {
             k: outcome_table(t.configs, adjusted[k], alpha, t.tested, equivalence[k]) for k, t in tests.items()
         },
     }
 
 
+def study_tables(
+    tests: Mapping[str, PairwiseTests], alpha: float, correction: str
+) -> dict[str, dict[str, pd.DataFrame]]:
+    """The study's reading beside the verdicts: "better"/"worse" when its one-sided bootstrap p of
+    the observed direction is below alpha, else "almost equal"; raw and corrected."""
+    adjusted = study_adjusted(tests, correction)
+
+    def table(test: PairwiseTests, p: np.ndarray) -> pd.DataFrame:
+        return outcome_table(test.configs, p, alpha, test.tested).replace("equal", STUDY_EQUAL)
+
+    return {
+        "none": {k: table(t, t.p_value) for k, t in tests.items()},
+        correction: {k: table(t, adjusted[k]) for k, t in tests.items()},
+    }
+
+
 def _tost(test: PairwiseTests) -> np.ndarray:
     return test.p_equivalent if test.p_equivalent is not None else np.full_like(test.p_value, np.nan)
+
+
+def _two_sided(test: PairwiseTests) -> np.ndarray:
+    return test.p_two_sided if test.p_two_sided is not None else np.full_like(test.p_value, np.nan)
 
 
 @dataclass
@@ -325,9 +423,11 @@ class ComparisonFamily:
         name: e.g. ``prompted`` or ``fine-tuned``.
         configs: the family's configurations.
         tests: dataset key -> tests (datasets with at least two of the configurations).
-        p_adjusted: dataset key -> adjusted one-sided p-matrix (:func:`directional_adjusted`).
+        p_adjusted: dataset key -> adjusted two-sided p in the observed direction (:func:`directional_adjusted`).
         outcomes: ``{"none": ..., correction: ...}`` verdict tables (:func:`outcome_tables`).
         equivalence_adjusted: dataset key -> adjusted TOST p-matrix (:func:`equivalence_adjusted`).
+        study_outcomes: the study's reading, shaped like ``outcomes`` (:func:`study_tables`).
+        study_adjusted: dataset key -> the study's adjusted one-sided p (:func:`study_adjusted`).
     """
 
     name: str
@@ -336,6 +436,8 @@ class ComparisonFamily:
     p_adjusted: dict[str, np.ndarray]
     outcomes: dict[str, dict[str, pd.DataFrame]]
     equivalence_adjusted: dict[str, np.ndarray] = field(default_factory=dict)
+    study_outcomes: dict[str, dict[str, pd.DataFrame]] = field(default_factory=dict)
+    study_adjusted: dict[str, np.ndarray] = field(default_factory=dict)
 
     @property
     def pairs(self) -> int:
@@ -352,11 +454,33 @@ def comparison_family(
     correction: str,
     margin: float = DEFAULT_MARGIN,
     unit: str = DOCUMENT,
+    power: float = DEFAULT_POWER,
+    permutations: int = DEFAULT_PERMUTATIONS,
+    min_documents: int = MIN_DOCUMENTS,
 ) -> ComparisonFamily:
     """Every pairwise test among ``configs`` on each dataset (``datasets`` values have ``subset``), corrected together."""
     chosen = {key: data.subset(configs) for key, data in datasets.items()}
-    tests = pairwise_tests({k: d for k, d in chosen.items() if len(d.configs) >= 2}, resamples, seed, margin, unit)
+    tests = pairwise_tests(
+        {k: d for k, d in chosen.items() if len(d.configs) >= 2},
+        resamples,
+        seed,
+        margin,
+        unit,
+        alpha,
+        power,
+        permutations,
+        min_documents,
+    )
     adjusted = directional_adjusted(tests, correction)
     equivalence = equivalence_adjusted(tests, correction)
     outcomes = outcome_tables(tests, alpha, correction, adjusted, equivalence)
-    return ComparisonFamily(name, list(configs), tests, adjusted, outcomes, equivalence)
+    return ComparisonFamily(
+        name,
+        list(configs),
+        tests,
+        adjusted,
+        outcomes,
+        equivalence,
+        study_tables(tests, alpha, correction),
+        study_adjusted(tests, correction),
+    )

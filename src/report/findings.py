@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from src.report.analysis import Analysis
 
 MAX_FINDINGS = 5
-TEST = "paired bootstrap"
+TEST = "calibrated paired test"
 
 
 @dataclass(frozen=True)
@@ -138,14 +138,15 @@ def gap_finding(analysis: Analysis, gaps: pd.DataFrame) -> Finding | None:
     return Finding(
         f"F1 drops from base to the shifted set in {len(drops)} of {len(gaps)} (configuration, set) cells, "
         f"significantly in {significant}; the largest mean change is on {worst} ({by_dimension[worst]:+.3f}) "
-        f"(bootstrap of the gap, {CORRECTION_NAMES.get(analysis.correction, analysis.correction)}"
+        f"(calibrated test of the gap, paired on shared instances, "
+        f"{CORRECTION_NAMES.get(analysis.correction, analysis.correction)}"
         f"{_gap_power(analysis, gaps)}).",
         "tables/generalization_gap.csv",
     )
 
 
 def _gap_power(analysis: Analysis, gaps: pd.DataFrame) -> str:
-    """The gap tests' median MDD (``tables/generalization_gap.csv``: two-sided, alpha / 2 per side)."""
+    """The gap tests' median MDD (``tables/generalization_gap.csv``: two-sided t, NaN below the minimum documents)."""
     if "mdd" not in gaps.columns or gaps["mdd"].isna().all():
         return ""
     mdd = float(gaps["mdd"].median())

@@ -5,8 +5,11 @@
 * :func:`quality_flags`: cells where parse failures, truncated answers, empty answers or
   served-model mismatches exceed ``warn_rate`` (the run-side rule of :mod:`src.runs.verdict`);
 * :func:`generalization_gap`: shifted-set F1 minus base F1 per configuration, each with a
-  bootstrap test (paired when both sets hold the same instance ids, two-sample otherwise)
-  and the analysis's multiple-comparison correction over all gap cells;
+  calibrated test (:mod:`src.scoring.calibrated`): paired on the instances both sets hold
+  (the derived sets keep base ids but are drawn from another subset, so the sentences only one
+  side holds are counted beside as ``dropped`` and ``added``, never in the gap), a two-sample
+  document permutation test when they share none; the analysis's multiple-comparison
+  correction runs over all gap cells;
 * the heatmap as a coloured HTML table (for report.html) and a CSV; its PNG is
   :func:`src.report.figures.draw_heatmap`.
 """
@@ -26,9 +29,9 @@ from src.config.locate import config_default
 from src.report import comparisons, rq
 from src.rounding import rounded
 from src.runs.verdict import WATCHED
+from src.scoring.calibrated import compare_documents, compare_unpaired
 from src.scoring.clustered import resampling_units
-from src.scoring.stats import bootstrap_f1, observed_f1, p_better, resample_counts, two_sided
-from src.scoring.verdicts import EQUIVALENT, INCONCLUSIVE, minimum_detectable_difference, tost_p
+from src.scoring.verdicts import EQUIVALENT, INCONCLUSIVE
 from src.study import TASK_ORDER
 
 if TYPE_CHECKING:
@@ -206,12 +209,31 @@ def heatmap_html(grid: Grid, flags: Mapping[tuple[str, str], list[str]], link: C
     )
 
 
-def generalization_gap(analysis: Analysis) -> pd.DataFrame:
-    """Per configuration and shifted set: F1 (shifted) - F1 (its base), p-values and significance.
+def gap_test(settings, ref, tgt, config: str, seed):
+    """The calibrated test of shifted (``tgt``) minus base (``ref``) for one configuration under the
+    analysis ``settings`` (alpha, margin, power, unit), and (paired, shared, dropped, added)."""
+    options = (settings.alpha, settings.margin, settings.power)
+    ids_ref, ids_tgt = set(ref.ids[config]), set(tgt.ids[config])
+    shared = sorted(ids_ref & ids_tgt)
+    composition = (len(shared), len(ids_ref - ids_tgt), len(ids_tgt - ids_ref))
+    if shared:
+        pair = resampling_units(
+            np.stack([tgt.stacked([config], shared)[0], ref.stacked([config], shared)[0]]), shared, settings.unit
+        )
+        return compare_documents(pair[0], pair[1], *options, seed=seed), (True, *composition)
+    units_ref = resampling_units(ref.stats[config], list(ref.ids[config]), settings.unit)
+    units_tgt = resampling_units(tgt.stats[config], list(tgt.ids[config]), settings.unit)
+    return compare_unpaired(units_tgt, units_ref, *options, seed=seed), (False, *composition)
 
-    The F1 values are the logged ones; the test resamples the per-instance statistics of both
-    sets (one count matrix when both hold the same ids: paired; else independently), two-sided,
-    then the analysis's correction over every gap cell.
+
+def generalization_gap(analysis: Analysis) -> pd.DataFrame:
+    """Per configuration and shifted set: F1 (shifted) - F1 (its base), its calibrated test and verdict.
+
+    ``f1_reference``/``f1_shifted`` are the logged F1 on each whole set; ``gap`` is the difference
+    the test is about: on the shared instances when the sets share any (``paired``), else of the
+    whole sets. ``shared``/``dropped``/``added`` say which instances the two sets hold (dropped: only
+    base; added: only the shifted set). Below the minimum documents there is no p, no MDD and the
+    verdict is inconclusive (``reason``).
     """
     datasets = analysis.results.datasets
     of = {key: dim for dim, members in analysis.dimensions.items() for key in members}
@@ -220,43 +242,30 @@ def generalization_gap(analysis: Analysis) -> pd.DataFrame:
     for reference, target in rq.reference_links(list(datasets)):
         ref, tgt = datasets[reference], datasets[target]
         for config in [c for c in tgt.configs if c in ref.configs]:
+            generator = comparisons.dataset_seed(analysis.seed, f"{reference}>{target}", [config])
+            test, (paired, shared, dropped, added) = gap_test(analysis.settings, ref, tgt, config, generator)
             f1_ref = logged.loc[config, reference] if reference in logged.columns else np.nan
             f1_tgt = logged.loc[config, target] if target in logged.columns else np.nan
-            ids_ref, ids_tgt = ref.ids[config], tgt.ids[config]
-            generator = comparisons.dataset_seed(analysis.seed, f"{reference}>{target}", [config])
-            unit = analysis.settings.unit
-            if set(ids_ref) == set(ids_tgt):
-                a, b = ref.stacked([config], ids_tgt)[0], tgt.stacked([config], ids_tgt)[0]
-                pair = resampling_units(np.stack([a, b]), ids_tgt, unit)
-                counts = resample_counts(pair.shape[1], analysis.resamples, generator)
-                samples_ref, samples_tgt, paired = bootstrap_f1(pair[0], counts), bootstrap_f1(pair[1], counts), True
-            else:
-                a, b = ref.stats[config], tgt.stats[config]
-                units_a, units_b = resampling_units(a, ids_ref, unit), resampling_units(b, ids_tgt, unit)
-                samples_ref = bootstrap_f1(units_a, resample_counts(len(units_a), analysis.resamples, generator))
-                samples_tgt = bootstrap_f1(units_b, resample_counts(len(units_b), analysis.resamples, generator))
-                paired = False
-            if pd.isna(f1_ref):
-                f1_ref = float(observed_f1(a))
-            if pd.isna(f1_tgt):
-                f1_tgt = float(observed_f1(b))
             rows.append(
                 {
                     "configuration": config,
                     "dimension": of.get(target, "other"),
                     "dataset": target,
                     "reference": reference,
-                    "f1_reference": f1_ref,
-                    "f1_shifted": f1_tgt,
-                    "gap": f1_tgt - f1_ref,
+                    "f1_reference": test.f1_b if pd.isna(f1_ref) else f1_ref,
+                    "f1_shifted": test.f1_a if pd.isna(f1_tgt) else f1_tgt,
+                    "gap": test.delta,
                     "paired": paired,
-                    "mdd": rounded(  # the gap test is two-sided: alpha / 2 per side; rounded (matrix products)
-                        minimum_detectable_difference(
-                            np.std(samples_tgt - samples_ref), analysis.alpha / 2, analysis.settings.power
-                        )
-                    ),
-                    "p_value": float(two_sided(p_better(samples_tgt - samples_ref))),
-                    "p_equivalent": float(tost_p(samples_tgt - samples_ref, analysis.settings.margin)),
+                    "shared": shared,
+                    "dropped": dropped,
+                    "added": added,
+                    "documents": test.documents,
+                    "ci_low": rounded(test.ci_low),
+                    "ci_high": rounded(test.ci_high),
+                    "mdd": rounded(test.mdd),
+                    "p_value": test.p_value,
+                    "p_equivalent": test.p_equivalent,
+                    "reason": test.reason or "",
                 }
             )
     columns = [
@@ -268,6 +277,12 @@ def generalization_gap(analysis: Analysis) -> pd.DataFrame:
         "f1_shifted",
         "gap",
         "paired",
+        "shared",
+        "dropped",
+        "added",
+        "documents",
+        "ci_low",
+        "ci_high",
         "mdd",
         "p_value",
         f"p_{analysis.correction}",
@@ -275,16 +290,17 @@ def generalization_gap(analysis: Analysis) -> pd.DataFrame:
         f"p_equivalent_{analysis.correction}",
         f"verdict_{analysis.correction}",
         "mark",
+        "reason",
     ]
     if not rows:
         return pd.DataFrame(columns=columns)
     table = pd.DataFrame(rows)
     correct = comparisons.CORRECTIONS[analysis.correction]
     c, alpha = analysis.correction, analysis.alpha
-    table[f"p_{c}"] = correct(table["p_value"].to_numpy())
-    table[f"p_equivalent_{c}"] = correct(table["p_equivalent"].to_numpy())
+    table[f"p_{c}"] = correct(table["p_value"].to_numpy(dtype=np.float64))
+    table[f"p_equivalent_{c}"] = correct(table["p_equivalent"].to_numpy(dtype=np.float64))
     table[f"verdict_{c}"] = [
-        ("better" if gap > 0 else "worse") if adj < alpha else EQUIVALENT if eq < alpha else INCONCLUSIVE
+        ("better" if gap > 0 else "worse") if adj < alpha and gap != 0 else EQUIVALENT if eq < alpha else INCONCLUSIVE
         for gap, adj, eq in zip(table["gap"], table[f"p_{c}"], table[f"p_equivalent_{c}"])
     ]
     table["mark"] = [

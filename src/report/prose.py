@@ -21,6 +21,7 @@ from src.report.browser import compare_link
 from src.report.comparisons import CORRECTION_NAMES
 from src.report.tables import fmt, markdown_table, pct
 from src.report.uncertainty_prose import linked_pairs, resampling_lines
+from src.scoring.calibrated import minimum_documents
 from src.study import DATASETS, TASK_ORDER
 
 if TYPE_CHECKING:
@@ -233,6 +234,10 @@ def run_link(uri: str, experiment_id: str, run_id: str) -> str:
     return f"`{run_id}`"
 
 
+def _minimum(analysis: Analysis) -> int:
+    return minimum_documents(analysis.alpha)
+
+
 def method_lines(analysis: Analysis) -> list[str]:
     """How the numbers below were computed, with this run's settings."""
     name = CORRECTION_NAMES.get(analysis.correction, analysis.correction)
@@ -240,17 +245,18 @@ def method_lines(analysis: Analysis) -> list[str]:
     return [
         "How to read the numbers:",
         "",
-        "- Paired bootstrap per dataset, each pair of configurations on the instances both were scored on: "
-        f"configurations scored on the same instances share one resample matrix of {analysis.resamples} rows, and a "
-        "pair across two instance sets uses their intersection (one matrix per distinct intersection); the number "
-        "of instances of every comparison is under *Instances per comparison*. i is *better* than j when "
-        f"p(i better) < {analysis.alpha}, *worse* when p(j better) < {analysis.alpha}, else *equivalent* when "
-        f"two one-sided tests (TOST) show |F1_i - F1_j| < {analysis.settings.margin} (the equivalence margin: the "
-        f"{100 - 200 * analysis.alpha:.0f}% interval of the difference lies inside "
-        f"+-{analysis.settings.margin}), else *inconclusive*: the test could not tell. The study read every pair "
-        "that is neither better nor worse as *almost equal*; that reading is shown beside the verdicts "
-        "(equivalent + inconclusive), so the share of its almost-equal pairs that are merely inconclusive is visible.",
-        f"- {name} adjusts the p-value of each pair's observed direction over the family of all pairwise tests "
+        "- Calibrated paired tests per dataset (docs/scoring.md#calibration), each pair of configurations on the "
+        "instances both were scored on (configurations scored on the same instances form one comparison set; a pair "
+        "across two instance sets uses their intersection; the number of instances of every comparison is under "
+        "*Instances per comparison*). i is *better* (or *worse*) than j when a two-sided permutation test that swaps "
+        f"the two configurations' statistics within each document gives p < {analysis.alpha} (one draw of swaps per "
+        "comparison set), else *equivalent* when two one-sided t tests on the jackknife standard error show "
+        f"|F1_i - F1_j| < {analysis.settings.margin} (the equivalence margin), else *inconclusive*: the test could not "
+        f"tell. A comparison on fewer than {_minimum(analysis)} documents holding a gold span gets no verdict "
+        "(*inconclusive*) and no minimum detectable difference. The study read the smaller of its two one-sided "
+        f"bootstrap p-values ({analysis.resamples} resamples) against alpha and called every other pair *almost "
+        "equal*; that reading (`study_outcome`, the study's) is shown beside the verdicts.",
+        f"- {name} adjusts each pair's two-sided p-value over the family of all pairwise tests "
         f"of prompted configurations on all datasets ({analysis.prompted.pairs} tests), and the TOST p-values "
         f"over the same pairs; the fine-tuned models' comparisons are a family of their own "
         f"({analysis.finetuned.pairs} tests). Its verdicts are shown beside the raw ones.",
@@ -310,7 +316,7 @@ def finetuned_lines(analysis: Analysis, tables: Mapping[str, Path]) -> list[str]
             f"{significant} significant and {equivalent} shown equivalent with {CORRECTION_NAMES.get(correction, correction)}"
         )
     lines += [
-        f"Paired bootstrap of fine-tuned model a vs b on each dataset, on the instances both were scored on "
+        f"Calibrated paired test of fine-tuned model a vs b on each dataset, on the instances both were scored on "
         f"(column `instances`): {len(pairs)} tests over {len(family.tests)} datasets, " + " and ".join(counts) + ".",
         "",
         markdown_table(

@@ -13,7 +13,10 @@ perturbed instance can be set against its answer on the original (docs/scoring.m
   base and every derived set of the task that holds the instance.
 
 Each comes with a 95% interval from one clustered bootstrap (whole documents,
-:mod:`src.scoring.clustered`) shared by every configuration scored on the same instances.
+:mod:`src.scoring.clustered`) shared by every configuration scored on the same instances; with
+fewer base documents holding a gold span than :func:`src.scoring.calibrated.minimum_documents`
+there is no interval (NaN), as there is no verdict. ``instances`` counts the shared instances the
+metrics read and ``base_only`` the base instances the shifted set does not hold (left out).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import pandas as pd
 
 from src.report.comparisons import dataset_seed
 from src.rounding import rounded
+from src.scoring.calibrated import instance_f1, minimum_documents
 from src.scoring.clustered import DOCUMENT, resampling_units
 from src.scoring.metrics import precision_recall_f1
 from src.scoring.stats import resample_counts
@@ -41,18 +45,13 @@ COLUMNS = [
     "shift",
     "configuration",
     "instances",
+    "base_only",
     "units",
+    "documents",
     "f1_base",
     "f1_shifted",
     *(f"{m}{suffix}" for m in METRICS for suffix in ("", "_ci_low", "_ci_high")),
 ]
-
-
-def instance_f1(stats: np.ndarray) -> np.ndarray:
-    """Per-instance LCS F1 of (..., 3) statistics (an instance without gold or prediction scores 1)."""
-    stats = np.asarray(stats, dtype=np.float64)
-    f1 = precision_recall_f1(stats)[2]
-    return np.where((stats[..., 1] + stats[..., 2]) == 0, 1.0, f1)
 
 
 def _metrics(totals: np.ndarray) -> dict[str, np.ndarray]:
@@ -107,8 +106,10 @@ def robustness_table(
     seed: int,
     threshold: float = DEFAULT_FLIP_THRESHOLD,
     unit: str = DOCUMENT,
+    alpha: float = 0.05,
 ) -> pd.DataFrame:
-    """One row per (task, shift, configuration) scored on base and the shifted set(s) with shared ids."""
+    """One row per (task, shift, configuration) scored on base and the shifted set(s) with shared ids
+    (intervals at 95%; ``alpha`` sets the minimum documents an interval needs)."""
     rows = []
     tasks = dict.fromkeys(key.split("/", 1)[0] for key in datasets)
     for task in tasks:
@@ -141,13 +142,18 @@ def robustness_table(
                 observed = _metrics(columns.sum(axis=1))
                 boot = _metrics(resampled)
                 bounds = {m: _interval(boot[m]) for m in METRICS}  # (2, S)
+                documents = int(np.count_nonzero(units[0, :, 4] > 0))  # base gold spans per unit
+                if documents < minimum_documents(alpha):
+                    bounds = {m: np.full_like(b, np.nan) for m, b in bounds.items()}
                 for s, config in enumerate(members):
                     row = {
                         "task": task,
                         "shift": label,
                         "configuration": config,
                         "instances": len(ids),
+                        "base_only": len(base.ids[config]) - len(ids),
                         "units": units.shape[1],
+                        "documents": documents,
                         "f1_base": float(observed["f1_base"][s]),
                         "f1_shifted": float(observed["f1_shifted"][s]),
                     }

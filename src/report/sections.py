@@ -150,7 +150,9 @@ def read_gaps(path: Path | None) -> pd.DataFrame:
     if path is None:
         return pd.DataFrame()
     gaps = pd.read_csv(path)
-    gaps["mark"] = [m if isinstance(m, str) else "" for m in gaps["mark"]]  # an empty mark reads back as NaN
+    for column in ("mark", "reason"):  # an empty text reads back as NaN
+        if column in gaps.columns:
+            gaps[column] = [m if isinstance(m, str) else "" for m in gaps[column]]
     return gaps
 
 
@@ -164,12 +166,29 @@ def gap_lines(analysis: Analysis, tables: Mapping[str, Path]) -> list[str]:
         f"F1 on the shifted set minus F1 on its base set, per configuration. {SIGNIFICANT}: significant after {name} "
         f"over all {len(gaps)} gap cells (alpha = {analysis.alpha}); {RAW_ONLY}: raw p < alpha only; "
         f"{EQUIVALENT_MARK}: shown equivalent (TOST within +-{analysis.settings.margin}, {name}); no mark: "
-        "inconclusive, not equal. Bootstrap of the gap, paired where both sets hold the same instances, two-sample "
-        f"otherwise ([table](tables/{Path(path).name}), with each cell's verdict and minimum detectable difference).",
+        "inconclusive, not equal. Calibrated test of the gap (two-sided document permutation test, docs/scoring.md): "
+        "paired on the instances both sets hold, the instances only one side holds counted beside and left out; "
+        "two-sample where the sets share none; no verdict below the minimum documents "
+        f"([table](tables/{Path(path).name}), with each cell's verdict, interval, composition and minimum "
+        "detectable difference)." + _composition(gaps),
         "",
         compact_table(gap_matrix(gaps)),
         "",
     ]
+
+
+def _composition(gaps: pd.DataFrame) -> str:
+    """One sentence on the paired cells whose sets differ in composition (what the gap leaves out)."""
+    if "dropped" not in gaps.columns:
+        return ""
+    differ = gaps[gaps["paired"].astype(bool) & ((gaps["dropped"] > 0) | (gaps["added"] > 0))]
+    if differ.empty:
+        return ""
+    return (
+        f" In {len(differ)} paired cells the two sets differ in composition: up to {int(differ['dropped'].max())} "
+        f"base instances absent from the shifted set and {int(differ['added'].max())} shifted instances without "
+        "their base version."
+    )
 
 
 def note_table(notes: list[str]) -> str:

@@ -16,6 +16,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import numpy as np
+
+from src.scoring.calibrated import instance_f1 as calibrated_f1
 from src.scoring.metrics import as_predicted_span, match_spans
 
 #: Match classes of a gold span and of a predicted span (``src.scoring.metrics`` error types).
@@ -44,11 +47,10 @@ class _Gold(NamedTuple):
     label: str | None
 
 
-def instance_f1(matched: float, n_pred: int, n_gold: int) -> float | None:
-    """The instance's LCS F1, ``2 matched / (n_pred + n_gold)`` (the scorer's micro-F1 of one instance);
-    None when it has neither gold nor predicted spans (nothing to find and nothing found: no error)."""
-    total = n_pred + n_gold
-    return None if total == 0 else round(2.0 * matched / total, 6)
+def instance_f1(matched: float, n_pred: int, n_gold: int) -> float:
+    """The instance's LCS F1, ``2 matched / (n_pred + n_gold)``; 1 when it has neither gold nor predicted
+    spans (nothing to find and nothing found: the one convention of :func:`src.scoring.calibrated.instance_f1`)."""
+    return round(float(calibrated_f1(np.array([matched, n_pred, n_gold], dtype=np.float64))), 6)
 
 
 def classify(
@@ -58,7 +60,7 @@ def classify(
     (:func:`src.scoring.metrics.match_spans`, under the run's ``scoring.lowercase``).
 
     Returns ``{"gold": [class per gold span], "preds": [{"text", "label", "cls", "start", "end"}],
-    "counts": {exact, boundary, missing, spurious}, "f1": instance LCS F1 or None}``; a prediction's
+    "counts": {exact, boundary, missing, spurious}, "f1": instance LCS F1 (1 with neither gold nor predicted span)}``; a prediction's
     offsets are its occurrence in ``text`` nearest to its matched gold span (None when the string is
     not in the text).
     """

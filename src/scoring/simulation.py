@@ -44,14 +44,14 @@ def _expit(x: np.ndarray) -> np.ndarray:
 
 
 def draw_documents(
-    design: Design, systems: tuple[System, System], rng: np.random.Generator
+    design: Design, systems: tuple[System, ...], rng: np.random.Generator
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Per-document statistics (2, D, 3) of the two systems and the sentences per document (D,)."""
+    """Per-document statistics (S, D, 3) of the systems and the sentences per document (D,)."""
     sizes = rng.integers(design.sentences[0], design.sentences[1] + 1, size=design.documents)
     difficulty = rng.normal(0.0, design.spread, size=design.documents)
     sentence_doc = np.repeat(np.arange(design.documents), sizes)
     gold = rng.poisson(design.gold_rate, size=sentence_doc.size)
-    out = np.zeros((2, design.documents, 3))
+    out = np.zeros((len(systems), design.documents, 3))
     for s, system in enumerate(systems):
         found = rng.binomial(gold, _expit(difficulty[sentence_doc] + system.skill))
         boundary = rng.binomial(found, design.boundary_share)

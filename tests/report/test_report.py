@@ -473,13 +473,19 @@ def test_findings_name_their_power_and_nothing_is_called_equal_without_the_test(
     power = pd.read_csv(report_dir / "tables" / "power.csv")
     margin = json.loads((report_dir / "analysis.json").read_text())["equivalence_margin"]
     if (power["mdd"] > margin).all():
-        assert all("underpowered" in line for line in items if "paired bootstrap" in line)
+        assert all("underpowered" in line for line in items if "calibrated paired test" in line)
     for line in report.splitlines():  # "almost equal" is only ever the study's reading, never a verdict
         if "almost equal" in line:
             assert "study" in line, line
     pairwise = pd.read_csv(report_dir / "tables" / "pairwise.csv")
     assert set(pairwise["outcome_holm"]) <= {"better", "worse", "equivalent", "inconclusive"}
-    study = pairwise["outcome_holm"].isin(["equivalent", "inconclusive"])
-    assert (pairwise.loc[study, "study_outcome_holm"] == "almost equal").all()
+    # the study's reading is its own one-sided bootstrap rule, beside the calibrated verdict
+    expected = np.where(
+        pairwise["p_a_better"] < 0.05, "better", np.where(pairwise["p_b_better"] < 0.05, "worse", "almost equal")
+    )
+    assert (pairwise["study_outcome"] == expected).all()
+    decided = pairwise["outcome_holm"].isin(["better", "worse"])
+    assert (pairwise.loc[decided, "p_holm"] < 0.05).all()
+    assert (pairwise.loc[pairwise["documents"] < 6, "outcome"] == "inconclusive").all()
     equivalent = pairwise["outcome_holm"] == "equivalent"
     assert (pairwise.loc[equivalent, "p_equivalent_holm"] < 0.05).all()

@@ -144,7 +144,7 @@ def test_pairs_that_share_no_instance_are_untested_and_outside_the_family():
     assert test.pairs == 1 and test.instance_counts() == [(20, 1), (0, 2)]
     assert np.isnan(test.p_value[0, 2]) and np.isnan(test.p_value[2, 1])
     adjusted = comparisons.directional_adjusted(tests, "holm")["timex/base"]
-    assert adjusted[0, 1] == pytest.approx(test.p_value[0, 1]) and np.isnan(adjusted[0, 2])  # a family of one test
+    assert adjusted[0, 1] == pytest.approx(test.p_two_sided[0, 1]) and np.isnan(adjusted[0, 2])  # a family of one
     table = comparisons.outcome_tables(tests, 0.05, "holm")["none"]["timex/base"]
     assert (
         table.loc["a", "b"] == "better"
@@ -153,16 +153,21 @@ def test_pairs_that_share_no_instance_are_untested_and_outside_the_family():
     )
 
 
-def fixed_tests(p_matrices):
-    return {
-        key: comparisons.PairwiseTests(key, ["x", "y"], np.zeros((2, 2)), np.array(p, dtype=float), np.full((2, 2), 10))
-        for key, p in p_matrices.items()
-    }
+def fixed_tests(two_sided):
+    """Two configurations x and y per dataset: (two-sided p, winner) given, 10 documents each."""
+    out = {}
+    for key, (p, winner) in two_sided.items():
+        f1 = np.array([[0.5, 0.6], [0.4, 0.5]]) if winner == "x" else np.array([[0.5, 0.4], [0.6, 0.5]])
+        study = np.full((2, 2), 0.5)
+        out[key] = comparisons.PairwiseTests(
+            key, ["x", "y"], f1, study, np.full((2, 2), 10), p_two_sided=np.array([[np.nan, p], [p, np.nan]])
+        )
+    return out
 
 
 @pytest.mark.parametrize("method, expected", [("holm", (0.02, 0.4)), ("bh", (0.02, 0.4))])
 def test_correction_covers_every_pair_of_every_dataset_in_its_observed_direction(method, expected):
-    tests = fixed_tests({"timex/base": [[0.5, 0.01], [0.99, 0.5]], "timex/adv": [[0.5, 0.6], [0.4, 0.5]]})
+    tests = fixed_tests({"timex/base": (0.01, "x"), "timex/adv": (0.4, "y")})
     adjusted = comparisons.directional_adjusted(tests, method)
     assert adjusted["timex/base"][0, 1] == pytest.approx(expected[0])
     assert adjusted["timex/base"][1, 0] == 1.0
@@ -174,10 +179,29 @@ def test_correction_covers_every_pair_of_every_dataset_in_its_observed_direction
 
 
 def test_holm_turns_a_borderline_finding_inconclusive_while_raw_keeps_it():
-    tests = fixed_tests({f"timex/{d}": [[0.5, 0.03], [0.97, 0.5]] for d in ("base", "adv", "t2c")})
+    tests = fixed_tests({f"timex/{d}": (0.03, "x") for d in ("base", "adv", "t2c")})
     outcomes = comparisons.outcome_tables(tests, 0.05, "holm")
     assert outcomes["none"]["timex/adv"].loc["x", "y"] == "better"
     assert outcomes["holm"]["timex/adv"].loc["x", "y"] == "inconclusive"  # 3 x 0.03 = 0.09
+
+
+def test_the_verdict_is_two_sided_where_the_study_reads_one_side():
+    """The two-alpha rule of the study: a one-sided p of 0.04 is its "better"; the verdict needs a
+    two-sided p below alpha (0.08 here is not)."""
+    tests = fixed_tests({"timex/base": (0.08, "x")})
+    tests["timex/base"].p_value[:] = [[0.5, 0.04], [0.96, 0.5]]
+    assert comparisons.outcome_tables(tests, 0.05, "holm")["none"]["timex/base"].loc["x", "y"] == "inconclusive"
+    assert comparisons.study_tables(tests, 0.05, "holm")["none"]["timex/base"].loc["x", "y"] == "better"
+
+
+def test_one_document_gives_no_verdict_and_no_mdd():
+    """Issue 47: ten sentences of one document, F1 0.61 vs 0.60, were *better* with p 0 and MDD 0."""
+    ids = [f"wsj_0001#s{k}" for k in range(10)]
+    data = stacked(["a", "b"], [constant_stats(1.22, 10), constant_stats(1.2, 10)], [ids, ids])
+    test = comparisons.pairwise_tests({"timex/base": data}, resamples=200, seed=0)["timex/base"]
+    assert test.documents[0, 1] == 1 and np.isnan(test.p_two_sided[0, 1]) and np.isnan(test.mdd())
+    table = comparisons.outcome_tables({"timex/base": test}, 0.05, "holm")
+    assert table["none"]["timex/base"].loc["a", "b"] == table["holm"]["timex/base"].loc["a", "b"] == "inconclusive"
 
 
 def test_unknown_correction_is_rejected():

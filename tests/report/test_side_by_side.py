@@ -41,7 +41,7 @@ def test_compare_href_selects_a_and_b_or_a_shift_url_encoded():
 def test_an_instances_f1_is_the_scorers(predictions):
     scored = score_instance(TEXT, [Span(g["start"], g["end"], g["text"], g["label"]) for g in GOLD], predictions)
     assert classify(TEXT, GOLD, predictions)["f1"] == pytest.approx(2 * scored.lcs / (scored.n_pred + scored.n_gold))
-    assert classify("Nothing.", [], [])["f1"] is None  # nothing to find, nothing found
+    assert classify("Nothing.", [], [])["f1"] == 1.0  # nothing to find, nothing found: the one convention
     assert classify("Nothing.", [], ["Nothing"])["f1"] == 0.0
 
 

@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 
 from src.scoring.calibrated import (
+    compare_all_pairs,
     compare_documents,
+    compare_unpaired,
     instance_f1,
     jackknife_se,
     minimum_documents,
@@ -18,7 +20,7 @@ from src.scoring.calibrated import (
 )
 from src.scoring.clustered import resampling_units
 from src.scoring.simulation import Design, System, draw_documents, true_delta
-from src.scoring.stats import paired_bootstrap, resample_counts
+from src.scoring.stats import holm, paired_bootstrap, resample_counts
 from src.scoring.verdicts import BETTER, EQUIVALENT, INCONCLUSIVE, WORSE, all_pairs_tost, classify_verdict
 
 
@@ -150,3 +152,50 @@ def test_a_real_difference_is_found_and_signed():
     stats, _ = draw_documents(Design(78), (System(1.0), System()), rng)
     assert compare_documents(stats[0], stats[1]).verdict == BETTER
     assert compare_documents(stats[1], stats[0]).verdict == WORSE
+
+
+def test_unpaired_null_calibration():
+    """The gap test on sets that share no sentence: one system on two independent draws of 20 documents."""
+    rng, alpha = np.random.default_rng(21), 0.05
+    decided = wrong = covered = 0
+    for _ in range(200):
+        a, b = (draw_documents(Design(20), (System(),), rng)[0][0] for _ in range(2))
+        verdict = compare_unpaired(a, b, permutations=500, seed=rng)
+        decided += verdict.reason is None
+        wrong += verdict.verdict in (BETTER, WORSE)
+        covered += verdict.reason is None and verdict.ci_low <= 0 <= verdict.ci_high
+    sd = 3 * math.sqrt(alpha * (1 - alpha) / decided)
+    assert decided == 200 and wrong / decided <= alpha + sd and covered / decided >= 0.95 - sd
+
+
+def test_unpaired_finds_a_real_gap_and_says_when_a_side_is_too_small():
+    rng = np.random.default_rng(3)
+    strong = draw_documents(Design(60), (System(1.0),), rng)[0][0]
+    weak = draw_documents(Design(60), (System(-1.0),), rng)[0][0]
+    assert compare_unpaired(weak, strong).verdict == WORSE
+    few = compare_unpaired(weak[:3], strong)
+    assert (few.verdict, few.reason) == (INCONCLUSIVE, "3 documents") and math.isnan(few.mdd)
+
+
+def test_all_pairs_share_one_draw_and_agree_with_one_pair_at_a_time():
+    stats, _ = draw_documents(Design(30), (System(0.5), System(), System(-0.5)), np.random.default_rng(5))
+    family = compare_all_pairs(stats, seed=9, permutations=2000)
+    for i, j in ((0, 1), (0, 2), (1, 2)):
+        one = compare_documents(stats[i], stats[j], seed=9, permutations=2000)
+        assert family.p_value[i, j] == family.p_value[j, i] == pytest.approx(one.p_value)
+        assert (family.ci_low[i, j], family.ci_high[i, j]) == pytest.approx((one.ci_low, one.ci_high))
+        assert (family.ci_low[j, i], family.ci_high[j, i]) == pytest.approx((-one.ci_high, -one.ci_low))
+        assert family.verdicts(0.05)[i, j] == one.verdict
+
+
+def test_holm_over_the_family_holds_the_familywise_level():
+    """Seven exchangeable systems (the default profile's strategies) on 10 documents: the 21 pairs under
+    Holm give any false better/worse in at most alpha + 3 sd of 150 studies."""
+    rng, alpha, studies = np.random.default_rng(17), 0.05, 150
+    wrong = 0
+    for _ in range(studies):
+        stats, _ = draw_documents(Design(10, sentences=(3, 10)), (System(),) * 7, rng)
+        family = compare_all_pairs(stats, permutations=1000, seed=rng)
+        upper = np.triu_indices(7, 1)
+        wrong += family.reason is None and bool((holm(family.p_value[upper]) < alpha).any())
+    assert wrong / studies <= alpha + 3 * math.sqrt(alpha * (1 - alpha) / studies)
