@@ -32,9 +32,13 @@ from typing import Any
 import httpx
 import openai
 
-from src.backends.retry import is_auth_status, is_retryable_status
+from src.backends.json_lines import read_json_lines
+from src.backends.retry import is_auth_status, is_retryable_status, parse_retry_after
 
-API_RETRIES = 6  # retries of one Batch API call (upload, create, poll, download) on a transient fault
+API_RETRIES = 6  # retries of one Batch API call (upload, create, download) on a transient fault
+#: Retries of one poll: a poll is safe to repeat and a burst of 429s while the batch runs at the
+#: provider must not fail the run (each waits the server's ``Retry-After`` where it sends one).
+POLL_RETRIES = 60
 DIALECTS = ("auto", "openai", "openrouter")
 #: What one batch may hold per dialect (requests, bytes of request lines): OpenAI's Batch API
 #: reference (50,000 requests, 200 MB input file) and OpenRouter's Batch API guide (5,000, 200 MB).
@@ -80,6 +84,7 @@ class BatchAPI:
         self.client = client
         self.duplicates: list[str] = []  # custom_ids that came back more than once
         self.unnamed = 0  # result lines without a custom_id
+        self.unreadable = 0  # result lines that are not UTF-8 or not JSON (src/backends/json_lines.py)
 
     @property
     def limits(self) -> tuple[int, int]:
@@ -88,11 +93,16 @@ class BatchAPI:
         return min(requests, max(1, int(self.backend.batch_max_requests))), size
 
     async def call(
-        self, make: Callable[[], Awaitable[Any]], existing: Callable[[], Awaitable[Any]] | None = None
+        self,
+        make: Callable[[], Awaitable[Any]],
+        existing: Callable[[], Awaitable[Any]] | None = None,
+        retries: int = API_RETRIES,
     ) -> Any:
-        """One call with retries on transient faults; a rejected key or another 4xx raises at once.
-        ``existing``: asked before each retry; what it finds (the batch a failed create made) is the result."""
-        for attempt in range(API_RETRIES + 1):
+        """One call with retries on transient faults, each after the server's ``Retry-After`` where it
+        sent one (else the backoff); a rejected key or another 4xx raises at once. ``existing``: asked
+        before each retry; what it finds (the batch a failed create made) is the result."""
+        for attempt in range(retries + 1):
+            wait = None
             try:
                 if attempt and existing is not None and (found := await existing()) is not None:
                     return found
@@ -100,19 +110,24 @@ class BatchAPI:
             except openai.APIStatusError as exc:
                 if is_auth_status(exc.status_code):
                     raise BatchAPIError(self.backend._auth_message(exc.status_code)) from None
-                if not is_retryable_status(exc.status_code) or attempt == API_RETRIES:
+                if not is_retryable_status(exc.status_code) or attempt == retries:
                     hint = " (does this endpoint offer the Batch API? docs/cost.md)" if exc.status_code == 404 else ""
                     raise BatchAPIError(
                         self.backend._redact(f"Batch API: HTTP {exc.status_code}: {exc.message}{hint}")
                     ) from None
+                wait = parse_retry_after(exc.response.headers.get("retry-after"))
             except (openai.APIConnectionError, TimeoutError) as exc:
-                if attempt == API_RETRIES:
+                if attempt == retries:
                     raise BatchAPIError(self.backend._redact(f"Batch API: {type(exc).__name__}: {exc}")) from None
-            await asyncio.sleep(min(self.backend.retry.backoff_max_s, self.backend.retry.backoff_base_s * 2**attempt))
+            retry = self.backend.retry
+            backoff = min(retry.backoff_max_s, retry.backoff_base_s * 2**attempt)
+            await asyncio.sleep(backoff if wait is None else min(wait, retry.retry_after_max_s))
         raise AssertionError("unreachable")
 
-    async def get_json(self, path: str, **query: Any) -> Any:
-        response = await self.call(lambda: self.client.get(path, options={"params": query}, cast_to=httpx.Response))
+    async def get_json(self, path: str, retries: int = API_RETRIES, **query: Any) -> Any:
+        response = await self.call(
+            lambda: self.client.get(path, options={"params": query}, cast_to=httpx.Response), retries=retries
+        )
         return response.json()
 
     async def post_json(self, path: str, body: dict, existing: Callable[[], Awaitable[Any]] | None = None) -> Any:
@@ -203,7 +218,7 @@ class FileBatches(BatchAPI):
         return await self._create(entry["input_file_id"], entry["endpoint"], len(entry["custom_ids"]), tag)
 
     async def retrieve(self, batch_id: str) -> BatchView:
-        batch = await self.call(lambda: self.client.batches.retrieve(batch_id))
+        batch = await self.call(lambda: self.client.batches.retrieve(batch_id), retries=POLL_RETRIES)
         counts = batch.request_counts
         errors = ""
         if batch.errors is not None and batch.errors.data:
@@ -222,12 +237,10 @@ class FileBatches(BatchAPI):
         for file_id in (view.raw.error_file_id, view.raw.output_file_id):  # an output line wins over an error line
             if file_id:
                 content = await self.call(lambda file_id=file_id: self.client.files.content(file_id))
-                for line in content.content.decode("utf-8").splitlines():
-                    if line.strip():
-                        try:
-                            self.keep(items, json.loads(line))
-                        except ValueError:
-                            self.unnamed += 1
+                read = read_json_lines(content.content)
+                self.unreadable += read.unreadable
+                for item in read.records:
+                    self.keep(items, item)
         return items
 
 
@@ -264,7 +277,7 @@ class InlineBatches(BatchAPI):
         return await self.tagged(entry["tag"]) if entry.get("tag") else None
 
     async def retrieve(self, batch_id: str) -> BatchView:
-        batch = await self.get_json(f"/batches/{batch_id}")
+        batch = await self.get_json(f"/batches/{batch_id}", retries=POLL_RETRIES)
         counts = batch.get("request_counts") or {}
         error = batch.get("error") or {}
         return BatchView(
@@ -278,8 +291,9 @@ class InlineBatches(BatchAPI):
 
     async def results(self, view: BatchView) -> dict[str, dict]:
         items: dict[str, dict] = {}
-        cursor = None
-        while True:
+        cursor, seen = None, set()
+        most = (view.total or LIMITS[self.dialect][0]) + 1  # a page that says more holds at least one line
+        for pages in range(1, most + 1):
             query = {"cursor": cursor} if cursor else {}
             page = await self.get_json(f"/batches/{view.id}/results", **query)
             for item in page.get("data") or []:
@@ -287,6 +301,12 @@ class InlineBatches(BatchAPI):
             cursor = page.get("next_cursor")
             if not page.get("has_more") or not cursor:
                 return items
+            if cursor in seen:
+                raise BatchAPIError(
+                    f"Batch API: the results of batch {view.id} repeat their cursor after {pages} pages"
+                )
+            seen.add(cursor)
+        raise BatchAPIError(f"Batch API: the results of batch {view.id} still say has_more after {most} pages")
 
 
 def batch_api(backend: Any, client: openai.AsyncOpenAI) -> FileBatches | InlineBatches:

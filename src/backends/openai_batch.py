@@ -34,7 +34,7 @@ from src.backends.base import ChatRequest, GenerationResult, OrderedResults, Res
 from src.backends.batch_apis import TERMINAL, BatchAPIError, BatchView, batch_api
 from src.backends.batch_state import BatchState, custom_ids, state_file
 from src.backends.openai_reply import RetryableError, error_text, reply_of
-from src.billing.bill import Bill
+from src.billing.bill import Bill, BilledReply
 from src.billing.meter import Admission
 
 logger = logging.getLogger(__name__)
@@ -167,7 +167,10 @@ class BatchCall:
         if api.unnamed:
             logger.warning("batch: %d result lines without a custom_id (not matched to any request)", api.unnamed)
             self.odd_lines += api.unnamed
-        api.duplicates, api.unnamed = [], 0
+        if api.unreadable:
+            logger.warning("batch: %d result lines unreadable (not UTF-8 or not JSON)", api.unreadable)
+            self.odd_lines += api.unreadable
+        api.duplicates, api.unnamed, api.unreadable = [], 0, 0
 
     def _left_running(self) -> None:
         """One line per batch this call leaves in flight: left running (cancelling it would still bill
@@ -275,25 +278,52 @@ class BatchCall:
         view = await self._poll(api, entry["batch_id"])
         items = await api.results(view) if view.status != "failed" else {}
         self.state.keep_results(entry["key"], items)
-        unanswered = {n for n in mine if not self._collect(n, items.get(self.ids[n]), admissions.get(n), view)}
+        lost = self._billed_without_line(api, entry, mine, items, view)
+        unanswered = {
+            n for n in mine if not self._collect(n, items.get(self.ids[n]), admissions.get(n), view, n in lost)
+        }
         self._close(entry, view.status)
         if self.backend.meter.reservation is not None:
             self.backend.meter.reservation.collected_batch(entry["key"])
         return unanswered
+
+    def _billed_without_line(self, api, entry: dict, mine: list[int], items: dict, view: BatchView) -> set[int]:
+        """Requests of ``mine`` the provider counts as completed (``request_counts``) but whose answer
+        its output does not hold or could not be read: billed, so settled as billed (estimated at
+        their admitted bound) before they are bought again, and named."""
+        if view.completed is None:
+            return set()
+        answered = sum(1 for custom_id in entry["custom_ids"] if _answered(items.get(custom_id)))
+        shortfall = int(view.completed) - answered
+        if shortfall <= 0:
+            return set()
+        lost = {n for n in mine if items.get(self.ids[n]) is None}
+        lost = set(sorted(lost)[:shortfall])
+        logger.warning(
+            "batch %s: the provider counts %d completed requests, its output holds %d answers: %d billed answers "
+            "are missing; they are counted as billed (estimated) and bought again",
+            view.id, view.completed, answered, shortfall,
+        )  # fmt: skip
+        self.odd_lines += shortfall
+        return lost
 
     def _close(self, entry: dict, status: str) -> None:
         self.open_batches.pop(entry["key"], None)
         entry.update(collected=True, status=status)
         self.state.record(entry)
 
-    def _collect(self, n: int, item: dict | None, admission: Admission | None, view: BatchView) -> bool:
-        """Deliver line ``item`` of request ``n`` as its answer; False (the cause noted) when it is none."""
+    def _collect(
+        self, n: int, item: dict | None, admission: Admission | None, view: BatchView, billed_lost: bool = False
+    ) -> bool:
+        """Deliver line ``item`` of request ``n`` as its answer; False (the cause noted) when it is none.
+        ``billed_lost``: the provider billed an answer its output does not hold (an estimate is settled)."""
         meter, request = self.backend.meter, self.requests[n]
         response = (item or {}).get("response") or {}
         if item is None or response.get("status_code") != 200:
             if admission is not None:
-                self.bills[n].add(meter.settle(admission, None))
-            self.causes[n] = self.backend._redact(_line_cause(item, view))
+                self.bills[n].add(meter.settle(admission, BilledReply({}) if billed_lost else None))
+            cause = "billed by the provider, missing from its output" if billed_lost else _line_cause(item, view)
+            self.causes[n] = self.backend._redact(cause)
             return False
         try:
             reply = self.backend.answer_of(reply_of(response.get("body"), request.completion), request)
@@ -347,6 +377,10 @@ class BatchCall:
                 logger.info("batch %s: %s (%s answered)", batch_id, view.status, view.done)
                 return view
             await asyncio.sleep(self.backend.batch_poll_s)
+
+
+def _answered(item: dict | None) -> bool:
+    return isinstance(item, dict) and ((item.get("response") or {}).get("status_code")) == 200
 
 
 def _line_cause(item: dict | None, view: BatchView) -> str:

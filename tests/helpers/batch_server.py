@@ -134,6 +134,9 @@ class BatchServer(OpenAIServer):
         self._fail_validation = False
         self._accept_then_502 = 0  # creates accepted (the batch runs and bills) but answered 502
         self._odd_output: list[str] = []  # "duplicate" / "unnamed": extra lines in the next output
+        self._framing = {"bom": False, "separator": False, "drop": 0}  # of every output file from now on
+        self._throttled_polls = (0, "1")  # (polls answered 429, their Retry-After)
+        self._stuck_cursor = False  # results pages that repeat their cursor and never clear has_more
         self._ids = 0
         self._batch_lock = threading.RLock()
         self._server.RequestHandlerClass = _batch_handler_for(self)
@@ -180,6 +183,32 @@ class BatchServer(OpenAIServer):
         ``custom_id``)."""
         with self._batch_lock:
             self._odd_output = list(kinds)
+
+    def frame_output(self, bom: bool = False, separator: bool = False, drop: int = 0) -> None:
+        """Every output file from now on: a UTF-8 byte-order mark first (``bom``), a U+2028 line
+        separator inside a string of every line (``separator``: legal JSON), and its first ``drop``
+        answered lines left out while ``request_counts.completed`` still counts them (billed)."""
+        with self._batch_lock:
+            self._framing = {"bom": bom, "separator": separator, "drop": drop}
+
+    def throttle_polls(self, times: int, retry_after: str = "1") -> None:
+        """The next ``times`` polls are answered 429 with ``Retry-After: retry_after`` (the batch runs on)."""
+        with self._batch_lock:
+            self._throttled_polls = (times, retry_after)
+
+    def stick_cursor(self) -> None:
+        """Every results page from now on says ``has_more`` with the cursor it was asked for."""
+        with self._batch_lock:
+            self._stuck_cursor = True
+
+    def throttled(self) -> str | None:
+        """The Retry-After of a poll to answer 429 (None: answer it)."""
+        with self._batch_lock:
+            times, value = self._throttled_polls
+            if times <= 0:
+                return None
+            self._throttled_polls = (times - 1, value)
+            return value
 
     # ----- the API -------------------------------------------------------------------------------
 
@@ -339,8 +368,9 @@ class BatchServer(OpenAIServer):
                 output.append({**output[0], "custom_id": None})
         self._odd_output = []
         batch.counts.update(completed=len(output), failed=len(errors))
+        output = output[self._framing["drop"] :]
         if output:
-            batch.output_file_id = self._store(output)
+            batch.output_file_id = self._store(output, framed=True)
         if errors:
             batch.error_file_id = self._store(errors)
         batch.status = end
@@ -356,6 +386,8 @@ class BatchServer(OpenAIServer):
             for file_id in (batch.output_file_id, batch.error_file_id):
                 if file_id:
                     items += [json.loads(line) for line in self.files[file_id][1].splitlines() if line.strip()]
+        if self._stuck_cursor:
+            return 200, {"object": "list", "data": items[: self.page_size], "has_more": True, "next_cursor": "0"}
         start = int(cursor or 0)
         page = items[start : start + self.page_size]
         more = start + self.page_size < len(items)
@@ -366,9 +398,14 @@ class BatchServer(OpenAIServer):
             "next_cursor": str(start + self.page_size) if more else None,
         }
 
-    def _store(self, items: list[dict]) -> str:
+    def _store(self, items: list[dict], framed: bool = False) -> str:
         file_id = self._new_id("file")
-        content = ("\n".join(json.dumps(i) for i in items) + "\n").encode()
+        framing = self._framing if framed else {}
+        if framing.get("separator"):
+            items = [{**item, "note": "served\u2028by the batch server"} for item in items]
+        content = ("\n".join(json.dumps(i, ensure_ascii=False) for i in items) + "\n").encode()
+        if framing.get("bom"):
+            content = b"\xef\xbb\xbf" + content
         self._keep(file_id, "batch_output", content, f"{file_id}.jsonl")
         return file_id
 
@@ -479,7 +516,11 @@ def _batch_handler_for(server: BatchServer):
                 query = dict(item.split("=", 1) for item in self.path.partition("?")[2].split("&") if "=" in item)
                 self._json(*server.results_page(parts[-2], query.get("cursor")))
             elif len(parts) >= 2 and parts[-2] == "batches":
-                self._json(*server.poll(parts[-1]))
+                wait = server.throttled()
+                if wait is not None:
+                    self._send(429, json.dumps({"error": {"message": "rate limited"}}), {"Retry-After": wait})
+                else:
+                    self._json(*server.poll(parts[-1]))
             elif path.endswith("/content") and parts[-3] == "files":
                 stored = server.files.get(parts[-2])
                 if stored is None:

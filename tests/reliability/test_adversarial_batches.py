@@ -210,3 +210,53 @@ def test_two_processes_sharing_a_batch_settle_it_once(workspace: Path):
     entries = ledger(workspace)["ledgers"]["adversarial"]
     assert len(entries) == 2 and holds(workspace) == []
     assert sorted(e["cost_usd"] == 0 for e in entries) == [False, True]  # the batch settled by one run only
+
+
+@pytest.mark.parametrize("framing", [{"bom": True}, {"separator": True}, {"bom": True, "separator": True}])
+def test_output_files_the_json_lines_format_allows_are_read_whole_and_bought_once(workspace: Path, framing: dict):
+    """Issue 48: a byte-order mark first, a U+2028 inside every line: each answer was read as missing,
+    settled as unbilled and bought again (three servings per request)."""
+    with server() as batches:
+        batches.frame_output(**framing)
+        code, output = finish(start(workspace, batches.base_url, "run"))
+        billed, lines = batches.billed_cost, dict(batches.batch_lines)
+        responses = batches.billed["responses"]
+    assert code == 0, output[-4000:]
+    assert set(lines.values()) == {1} and len(lines) == N and responses == N  # each bought once
+    assert "unreadable" not in output and "synchronously" not in output
+    assert total(workspace) == pytest.approx(billed, rel=1e-9)
+
+
+def test_answers_billed_and_left_out_of_the_output_are_counted_before_they_are_bought_again(workspace: Path):
+    """Issue 48: 3 lines billed (``request_counts.completed``) and missing from every output file were
+    settled as unbilled: the ledger said less than the provider billed."""
+    with server() as batches:
+        batches.frame_output(drop=3)
+        code, output = finish(start(workspace, batches.base_url, "run"))
+        billed = batches.billed_cost
+    assert code == 0, output[-4000:]
+    assert "3 billed answers are missing; they are counted as billed (estimated) and bought again" in output
+    assert total(workspace) >= billed - 1e-12  # estimates at the admitted bound: never below the bill
+    assert total(workspace) <= CAP
+
+
+def test_a_burst_of_429_on_polls_waits_the_retry_after_and_the_run_ends_well(workspace: Path):
+    """Issue 48: 8 polls answered 429 with Retry-After: 1 failed the run after 7 polls in 63 s."""
+    with server() as batches:
+        batches.throttle_polls(8, "0.2")
+        started = time.monotonic()
+        code, output = finish(start(workspace, batches.base_url, "run"))
+        took, billed = time.monotonic() - started, batches.billed_cost
+    assert code == 0, output[-4000:]
+    assert took < 60  # waits the server's 0.2 s eight times, not the backoff
+    assert total(workspace) == pytest.approx(billed, rel=1e-9) and "synchronously" not in output
+
+
+def test_results_pages_that_never_end_fail_the_batch_loudly_instead_of_looping(workspace: Path):
+    """Issue 48: a results page that repeats its cursor looped forever holding the collect lock."""
+    with server() as batches:
+        batches.stick_cursor()
+        process = start(workspace, batches.base_url, "run", "model.options.batch_api=openrouter")
+        code, output = finish(process)
+    assert code != 0
+    assert "the results of batch" in output and "repeat their cursor after 2 pages" in output
