@@ -63,6 +63,10 @@ def _f1(totals: np.ndarray) -> np.ndarray:
     return precision_recall_f1(totals)[2]
 
 
+def _generator(seed) -> np.random.Generator:
+    return seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+
+
 def swap_blocks(documents: int, permutations: int = DEFAULT_PERMUTATIONS, seed=0) -> tuple[list[np.ndarray], bool]:
     """The document swaps a permutation test scores: every one (``2 ** D`` rows of 0/1, exact) when
     that is at most ``permutations``, else ``permutations`` drawn rows in blocks of about a million
@@ -70,7 +74,7 @@ def swap_blocks(documents: int, permutations: int = DEFAULT_PERMUTATIONS, seed=0
     if documents <= math.floor(math.log2(max(permutations, 1))):
         codes = np.arange(2**documents, dtype=np.int64)[:, None]
         return [((codes >> np.arange(documents)) & 1).astype(np.float64)], True
-    rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+    rng = _generator(seed)
     rows = max(1, _BLOCK_CELLS // max(documents, 1))
     blocks = [
         rng.integers(0, 2, size=(min(rows, permutations - first), documents)).astype(np.float64)
@@ -103,7 +107,12 @@ def jackknife_se(units_a: np.ndarray, units_b: np.ndarray) -> float:
     documents = units_a.shape[0]
     if documents < 2:
         return float("nan")
-    left_out = _f1(units_a.sum(0) - units_a) - _f1(units_b.sum(0) - units_b)
+    return _jackknife(_f1(units_a.sum(0) - units_a) - _f1(units_b.sum(0) - units_b))
+
+
+def _jackknife(left_out: np.ndarray) -> float:
+    """The jackknife standard error from the statistic with each document left out in turn."""
+    documents = left_out.shape[0]
     return float(math.sqrt((documents - 1) / documents * np.sum((left_out - left_out.mean()) ** 2)))
 
 
@@ -308,9 +317,7 @@ def compare_unpaired(
 
 
 def _one_sample_se(units: np.ndarray) -> float:
-    documents = units.shape[0]
-    left_out = _f1(units.sum(0) - units)
-    return float(math.sqrt((documents - 1) / documents * np.sum((left_out - left_out.mean()) ** 2)))
+    return _jackknife(_f1(units.sum(0) - units))
 
 
 def _welch_df(se_a: float, n_a: int, se_b: float, n_b: int) -> float:
@@ -327,7 +334,7 @@ def _two_sample_p(units_a: np.ndarray, units_b: np.ndarray, permutations: int, s
     pooled = np.concatenate([units_a, units_b])
     total, n_a = pooled.sum(0), len(units_a)
     observed = abs(float(_f1(units_a.sum(0)) - _f1(units_b.sum(0))))
-    rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+    rng = _generator(seed)
     rows = max(1, _BLOCK_CELLS // max(len(pooled), 1))
     hits = drawn = 0
     while drawn < permutations:
