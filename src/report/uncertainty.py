@@ -3,9 +3,9 @@
 * :func:`interval_widths`: every configuration's 95% F1 interval with documents resampled (the
   analysis's unit) and with instances resampled (the study's bootstrap), and per dataset the
   median ratio of their widths (the report's Methods states it);
-* :func:`power_table`: per comparison family and dataset, the minimum detectable difference
-  (MDD) at the given power from the paired deltas' resampled spread
-  (:func:`src.scoring.verdicts.minimum_detectable_difference`).
+* :func:`power_table`: per comparison family and dataset, the median minimum detectable difference
+  (MDD) of the calibrated tests (:mod:`src.scoring.calibrated`: t quantiles times the jackknife
+  standard error, none below the minimum documents).
 """
 
 from __future__ import annotations
@@ -96,7 +96,8 @@ def interval_widths(datasets: Mapping[str, object], resamples: int, seed: int) -
 
 
 def power_table(families: Sequence[object], alpha: float, power: float = DEFAULT_POWER) -> pd.DataFrame:
-    """Per family and dataset: tested pairs, median resampling units, median sd of the delta and the MDD."""
+    """Per family and dataset: tested pairs, median resampling units, median jackknife standard error of
+    the delta (``median_delta_sd``) and the median MDD."""
     rows = []
     for family in families:
         for key, test in family.tests.items():
