@@ -44,11 +44,20 @@ DIALECTS = ("auto", "openai", "openrouter")
 #: reference (50,000 requests, 200 MB input file) and OpenRouter's Batch API guide (5,000, 200 MB).
 LIMITS = {"openai": (50_000, 200_000_000), "openrouter": (5_000, 200_000_000)}
 TERMINAL = frozenset({"completed", "expired", "cancelled", "failed"})
+#: When OpenRouter's results paging is taken to never end: this many pages in a row without a line,
+#: or more than twice the batch's requests in lines plus this many (repeated and unnamed lines).
+EMPTY_PAGES = 5
+EXTRA_LINES = 100
 
 
 class BatchAPIError(RuntimeError):
     """A Batch API call that failed for good (a rejected key, a 4xx, a fault past its retries):
     every request of the call not answered yet fails with this one line."""
+
+
+class BatchNotFound(BatchAPIError):
+    """HTTP 404 on a call about one batch: the provider does not know it (deleted, another
+    account's, never created), so it bills nothing more (a poll reads it as a lost batch)."""
 
 
 @dataclass(frozen=True)
@@ -112,7 +121,8 @@ class BatchAPI:
                     raise BatchAPIError(self.backend._auth_message(exc.status_code)) from None
                 if not is_retryable_status(exc.status_code) or attempt == retries:
                     hint = " (does this endpoint offer the Batch API? docs/cost.md)" if exc.status_code == 404 else ""
-                    raise BatchAPIError(
+                    kind = BatchNotFound if exc.status_code == 404 else BatchAPIError
+                    raise kind(
                         self.backend._redact(f"Batch API: HTTP {exc.status_code}: {exc.message}{hint}")
                     ) from None
                 wait = parse_retry_after(exc.response.headers.get("retry-after"))
@@ -291,13 +301,16 @@ class InlineBatches(BatchAPI):
 
     async def results(self, view: BatchView) -> dict[str, dict]:
         items: dict[str, dict] = {}
-        cursor, seen = None, set()
-        most = (view.total or LIMITS[self.dialect][0]) + 1  # a page that says more holds at least one line
-        for pages in range(1, most + 1):
+        cursor, seen, lines, idle = None, set(), 0, 0
+        pages = 0
+        while True:
+            pages += 1
             query = {"cursor": cursor} if cursor else {}
             page = await self.get_json(f"/batches/{view.id}/results", **query)
-            for item in page.get("data") or []:
+            data = page.get("data") or []
+            for item in data:
                 self.keep(items, item)
+            lines += len(data)
             cursor = page.get("next_cursor")
             if not page.get("has_more") or not cursor:
                 return items
@@ -306,7 +319,14 @@ class InlineBatches(BatchAPI):
                     f"Batch API: the results of batch {view.id} repeat their cursor after {pages} pages"
                 )
             seen.add(cursor)
-        raise BatchAPIError(f"Batch API: the results of batch {view.id} still say has_more after {most} pages")
+            # a page that says more and brings nothing, again and again, or far more lines than the
+            # batch has requests (repeated and unnamed lines included), never ends by itself
+            idle = 0 if data else idle + 1
+            if idle >= EMPTY_PAGES or lines > 2 * (view.total or LIMITS[self.dialect][0]) + EXTRA_LINES:
+                raise BatchAPIError(
+                    f"Batch API: the results of batch {view.id} still say has_more after {pages} pages "
+                    f"and {lines} lines"
+                )
 
 
 def batch_api(backend: Any, client: openai.AsyncOpenAI) -> FileBatches | InlineBatches:

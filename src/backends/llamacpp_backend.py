@@ -47,9 +47,10 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from src.backends.base import ChatRequest, GenerationResult, LocalBackend, OrderedResults
-from src.backends.gguf_files import gguf_path, import_llama_cpp
+from src.backends.gguf_files import engine_version, gguf_path, import_llama_cpp
 from src.backends.gguf_quantize import RequantizedGGUF
 from src.backends.llamacpp_decoding import DecodingLoop
+from src.data.digest import file_digest
 
 logger = logging.getLogger(__name__)
 
@@ -113,6 +114,7 @@ class LlamaCppBackend(DecodingLoop, LocalBackend):
         if self.requantized is not None:
             self.path = self.requantized.path
         self.n_ctx = n_ctx
+        self._weights_sha256: str | None = None
         self.n_threads = n_threads
         self.workers = workers if workers is not None else max(1, len(os.sched_getaffinity(0)) // n_threads)
         self.n_batch = n_batch
@@ -147,16 +149,25 @@ class LlamaCppBackend(DecodingLoop, LocalBackend):
         )
 
     def cache_identity(self) -> dict:
-        """Options that change the answer: the model file (and the exact re-quantised weights), the
-        prefilled schema text and the list budgets. Threads, workers, batch and reuse do not."""
-        identity: dict[str, Any] = {"gguf_file": self.gguf_file}
+        """What changes the answer: the weights by content (the file's SHA-256, and the exact
+        re-quantised weights), the engine's version, the context size, the prefilled schema text
+        and the list budgets. Threads, workers, batch and reuse do not."""
+        identity: dict[str, Any] = {"gguf_file": self.gguf_file, "engine": engine_version(), "n_ctx": self.n_ctx}
         if self.requantized is not None:
             identity.update(self.requantized.identity())
+        else:
+            identity["gguf_sha256"] = self.weights_sha256()
         if self.prefill_schema_text:
             identity["prefill_schema_text"] = True
         if self.list_token_budgets:
             identity["list_token_budgets"] = dict(sorted(self.list_token_budgets.items()))
         return identity
+
+    def weights_sha256(self) -> str:
+        """The model file's SHA-256 (read once per backend: a weights change is a new answer)."""
+        if self._weights_sha256 is None:
+            self._weights_sha256 = file_digest(self.path)
+        return self._weights_sha256
 
     @property
     def prefix_hit_rate(self) -> float:

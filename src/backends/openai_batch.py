@@ -31,7 +31,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from src.backends.base import ChatRequest, GenerationResult, OrderedResults, ResultCallback
-from src.backends.batch_apis import TERMINAL, BatchAPIError, BatchView, batch_api
+from src.backends.batch_apis import TERMINAL, BatchAPIError, BatchNotFound, BatchView, batch_api
 from src.backends.batch_state import BatchState, custom_ids, state_file
 from src.backends.openai_reply import RetryableError, error_text, reply_of
 from src.billing.bill import Bill, BilledReply
@@ -275,8 +275,15 @@ class BatchCall:
                 return set(mine)
             logger.info("batch %s: found after a restart", entry["batch_id"])
             self.state.record(entry)
-        view = await self._poll(api, entry["batch_id"])
-        items = await api.results(view) if view.status != "failed" else {}
+        try:
+            view = await self._poll(api, entry["batch_id"])
+        except BatchNotFound as error:
+            return self._lost(entry, mine, admissions, str(error))
+        try:
+            items = await api.results(view) if view.status != "failed" else {}
+        except BatchAPIError as error:
+            self._unreadable(entry, mine, admissions, view, str(error))
+            raise
         self.state.keep_results(entry["key"], items)
         lost = self._billed_without_line(api, entry, mine, items, view)
         unanswered = {
@@ -286,6 +293,42 @@ class BatchCall:
         if self.backend.meter.reservation is not None:
             self.backend.meter.reservation.collected_batch(entry["key"])
         return unanswered
+
+    def _lost(self, entry: dict, mine: list[int], admissions: dict[int, Admission], error: str) -> set[int]:
+        """A batch the provider no longer knows (404 on its poll): it bills nothing more, so its lines
+        are settled unbilled, its hold in the ledger is released and its requests go to the next round."""
+        logger.warning(
+            "batch %s: the provider does not know this batch (%s): marked lost, its hold released, "
+            "its %d requests sent again (if it was another account's, that account may still bill it)",
+            entry.get("batch_id"), error, len(mine),
+        )  # fmt: skip
+        for n in mine:
+            self.causes[n] = "its batch is unknown to the provider (HTTP 404)"
+            if n in admissions:
+                self.bills[n].add(self.backend.meter.settle(admissions.pop(n), None))
+        self._close(entry, "lost")
+        if self.backend.meter.reservation is not None:
+            self.backend.meter.reservation.collected_batch(entry["key"])
+        return set(mine)
+
+    def _unreadable(
+        self, entry: dict, mine: list[int], admissions: dict[int, Admission], view: BatchView, error: str
+    ) -> None:
+        """A finished batch whose results cannot be read: the lines the provider counts as completed
+        (all admitted ones when it gives no count) are settled as billed, estimated at their bound,
+        so the ledger never holds less than the bill; the batch is closed and its hold released."""
+        billed = len(mine) if view.completed is None else min(len(mine), int(view.completed))
+        logger.warning(
+            "batch %s: its results could not be read (%s): %d lines the provider completed are counted as "
+            "billed (estimated at their bound); their requests fail", view.id, error, billed,
+        )  # fmt: skip
+        for rank, n in enumerate(mine):
+            if n in admissions:
+                reply = BilledReply({}) if rank < billed else None
+                self.bills[n].add(self.backend.meter.settle(admissions.pop(n), reply))
+        self._close(entry, "unreadable")
+        if self.backend.meter.reservation is not None:
+            self.backend.meter.reservation.collected_batch(entry["key"])
 
     def _billed_without_line(self, api, entry: dict, mine: list[int], items: dict, view: BatchView) -> set[int]:
         """Requests of ``mine`` the provider counts as completed (``request_counts``) but whose answer

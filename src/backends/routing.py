@@ -13,8 +13,9 @@ models, or in a model file for one model, which wins key by key) is sent as Open
 
 It is part of the response-cache key (another route may give another answer) and of the run's
 params. Every reply names the provider that served it (OpenRouter's ``provider`` field), and
-some the weight format (``quantization``); one outside the pinned set (:func:`off_pin`) is a
-mismatch under ``on_model_mismatch``, like a fallback model, whatever form the reply takes.
+some the weight format (``quantization``); one outside the pinned set (:func:`off_pin`), or one
+that names no provider under a provider pin, is a mismatch under ``on_model_mismatch``, like a
+fallback model, whatever form the reply takes.
 """
 
 from __future__ import annotations
@@ -67,18 +68,21 @@ def allowed_providers(routing: dict[str, Any] | None) -> set[str] | None:
 
 
 def provider_mismatch(routing: dict[str, Any] | None, served: dict | None) -> bool:
-    """True when the reply names a provider outside the pinned set, or a weight format outside the
-    pinned ``quantizations`` (a reply naming neither is no mismatch)."""
+    """True when the reply names a provider outside the pinned set (or none, under a provider pin),
+    or a weight format outside the pinned ``quantizations`` (a reply naming no format is no mismatch:
+    OpenRouter's replies seldom name one)."""
     return off_pin(routing, served) is not None
 
 
 def off_pin(routing: dict[str, Any] | None, served: dict | None) -> str | None:
-    """Why the reply is outside the pinned routing (its provider, or its quantization where it names
-    one), in a few words; None when it is inside, or names nothing to compare."""
+    """Why the reply is outside the pinned routing (its provider, none named under a provider pin, or
+    its quantization where it names one), in a few words; None when it is inside."""
     served = served or {}
     allowed = allowed_providers(routing)
     name = served.get("provider")
-    if allowed is not None and name and _slug(name) not in {_slug(a) for a in allowed}:
+    if allowed is not None and not name:  # nothing to check is not a check passed
+        return f"the reply names no provider (pinned to {sorted(allowed)})"
+    if allowed is not None and _slug(name) not in {_slug(a) for a in allowed}:
         return f"provider {name!r} outside {sorted(allowed)}"
     formats = (routing or {}).get("quantizations")
     quantization = served.get("quantization")

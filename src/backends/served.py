@@ -17,7 +17,8 @@ normalising the ways providers spell one model:
    (two snapshots are two models).
 
 Anything else is a mismatch, including version suffixes that are not dates (``-2507``). A reply
-that names no model is not a mismatch (there is nothing to compare).
+that names no model is not a mismatch (there is nothing to compare), except on a pinned run
+(:func:`off_pin_reason`): there it is named and treated as off the pin.
 """
 
 from __future__ import annotations
@@ -69,7 +70,11 @@ def off_pin_reason(requested: str, routing: dict | None, served: dict | None) ->
     if is_mismatch(requested, served):
         return f"served model {(served or {})['model']!r} is not {requested!r}"
     where = off_pin(routing, served)
-    return None if where is None else f"served off the pinned routing: {where}"
+    if where is not None:
+        return f"served off the pinned routing: {where}"
+    if routing and not (served or {}).get("model"):  # a pinned run checks who served: silence is not a pass
+        return f"the reply names no model (a pinned run of {requested!r} checks who served it)"
+    return None
 
 
 def mismatch_counts(requested: str, served_records: Iterable[dict | None]) -> Counter[str]:

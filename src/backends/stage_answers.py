@@ -15,7 +15,7 @@ every answer it used, bought now or found in the cache, to its answers folder
   llama.cpp prefix reuse), so the same answers give the same bytes and ``dvc.lock`` entry;
 * before the stage generates, the response cache reads the folder (:meth:`StageAnswers.read`:
   every file checked against the hash in its name; one that does not match is not used, with one
-  warning naming it), copies each answer into the cache (a pulled answer replaces a different
+  warning naming it; two files answering one request differently are an error naming both), copies each answer into the cache (a pulled answer replaces a different
   local one: the study's answer is the one its lock was written with) and empties the folder; the
   run writes back exactly the answers it uses (:meth:`StageAnswers.record`). ``persist: true``
   keeps the folder in place while DVC re-runs the stage (``--force`` included), so the pulled
@@ -31,10 +31,11 @@ import hashlib
 import json
 import logging
 import os
-import tempfile
 from pathlib import Path
 
 from src.backends.cache_entries import cache_key, canonical_json, entry_problem
+from src.config.errors import ConfigError
+from src.durable import replace_durably
 
 logger = logging.getLogger(__name__)
 
@@ -86,6 +87,7 @@ class StageAnswers:
         """Every usable answer in the folder by its cache key; a file whose bytes do not match the
         hash in its name, or that is no answer, is left out with one warning naming it."""
         answers: dict[str, dict] = {}
+        files: dict[str, Path] = {}
         for path in sorted(self.folder.glob("*.json")) if self.folder.is_dir() else []:
             data = path.read_bytes()
             if answer_name(data) != path.name:
@@ -100,7 +102,13 @@ class StageAnswers:
             if problem:
                 logger.warning("ignoring answer %s: %s", path, problem)
                 continue
-            answers[cache_key(answer["fields"])] = answer
+            key = cache_key(answer["fields"])
+            if key in answers and answers[key] != answer:
+                raise ConfigError(
+                    f"answers {files[key]} and {path} answer the same request differently (two colleagues' "
+                    "runs merged into one folder?): keep the one the study's lock was written with and delete the other"
+                )
+            answers[key], files[key] = answer, path
         return answers
 
     def clear(self) -> None:
@@ -117,12 +125,5 @@ class StageAnswers:
         name = answer_name(data)
         if name in self.written:
             return
-        descriptor, temp_name = tempfile.mkstemp(prefix=".answer-", suffix=".tmp", dir=self.folder)
-        try:
-            with os.fdopen(descriptor, "wb") as handle:
-                handle.write(data)
-            os.replace(temp_name, self.folder / name)
-        except BaseException:
-            Path(temp_name).unlink(missing_ok=True)
-            raise
+        replace_durably(self.folder / name, data)
         self.written.add(name)

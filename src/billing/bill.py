@@ -5,7 +5,10 @@ away and retried (a null content, a blank answer, two choices). Each such attemp
 its tokens as the reply's ``usage`` reported them, else counted on this machine and marked
 *estimated*; its cost as the reply's ``usage.cost`` (``cost_reported``), else the tokens at the
 model file's price (``cost_price_table`` for reported tokens, ``cost_estimated`` for estimated
-ones); a reply whose figures are odd (``true``, NaN, negative, ``"n/a"``) is priced the
+ones); a reported cost below the reply's own tokens at the price table is *disputed*: named,
+counted in ``disputed_replies``, kept as reported and topped up to the table in ``cost_disputed``,
+so the cap holds on the larger (it never trusts a figure that undercuts the tokens the provider
+itself reported); a reply whose figures are odd (``true``, NaN, negative, ``"n/a"``) is priced the
 same way and counted in ``odd_replies`` (:mod:`src.billing.reported`). An attempt that got no completion (an HTTP error, a timeout, a cut-off body, an HTML
 page, an ``error`` object) is an ``unbilled`` attempt: providers do not bill it
 (docs/cost.md names the sources).
@@ -27,7 +30,9 @@ BILL_FIELDS = (
     "cost_reported",
     "cost_price_table",
     "cost_estimated",
+    "cost_disputed",
     "odd_replies",
+    "disputed_replies",
 )
 
 
@@ -49,7 +54,8 @@ class Bill:
     """The attempts of one request (or a sum of requests), priced.
 
     ``prompt_tokens`` and ``completion_tokens`` include the estimated ones; ``cost`` is the sum
-    of the three costs.
+    of the four costs (``cost_disputed``: the excess of disputed replies' tokens at the table over
+    what they reported, counted against the cap).
     """
 
     attempts: int = 0
@@ -61,11 +67,13 @@ class Bill:
     cost_reported: float = 0.0
     cost_price_table: float = 0.0
     cost_estimated: float = 0.0
+    cost_disputed: float = 0.0  # what a disputed reply's tokens at the table add above its reported cost
     odd_replies: int = 0  # billed replies with an odd figure, priced as if they had not said it
+    disputed_replies: int = 0  # billed replies whose reported cost fell below their tokens at the price table
 
     @property
     def cost(self) -> float:
-        return self.cost_reported + self.cost_price_table + self.cost_estimated
+        return self.cost_reported + self.cost_price_table + self.cost_estimated + self.cost_disputed
 
     @property
     def unbilled_attempts(self) -> int:

@@ -3,7 +3,8 @@
 A run's journal (:mod:`src.billing.ledger`) has one line per attempt: its request's digest, its
 mode, its tokens, whether it was billed and its cost by source. When a process of a run ends
 (settled, or released as stale) its journal is *carried*: kept under
-``spend-journals/carried/<run>/`` beside the ledger instead of deleted. The next process of the
+``spend-journals/carried/<run>-<key>/`` beside the ledger instead of deleted (by the run's key,
+not its name: another profile's run of the same name is another run). The next process of the
 same run (the same command, resumed after Ctrl-C, SIGTERM, SIGKILL or failed requests) reads
 those journals and, for every request whose answer it takes from the response cache or sends
 again, adds what the earlier processes were billed for it (retries included) to its usage: the
@@ -34,7 +35,9 @@ def _bill_of_line(line: dict) -> Bill:
     bill.cost_reported = float(line.get("cost_reported", 0.0))
     bill.cost_price_table = float(line.get("cost_price_table", 0.0))
     bill.cost_estimated = float(line.get("cost_estimated", 0.0))
+    bill.cost_disputed = float(line.get("cost_disputed", 0.0))
     bill.odd_replies = int(line.get("odd_replies", 0))
+    bill.disputed_replies = int(line.get("disputed_replies", 0))
     return bill
 
 
@@ -55,11 +58,11 @@ class EarlierAttempts:
                     self.bills.setdefault(digest, Bill()).add(_bill_of_line(line))
 
     @classmethod
-    def of_run(cls, journals: Path | None, run_name: str) -> EarlierAttempts:
-        """The carried journals of ``run_name`` under ``journals`` (none when it is None)."""
+    def of_run(cls, journals: Path | None, scope: str) -> EarlierAttempts:
+        """The carried journals of ``scope`` (a run's name and key) under ``journals`` (none when it is None)."""
         if journals is None:
             return cls([])
-        return cls(sorted(carried_folder(journals, run_name).glob("*.jsonl")))
+        return cls(sorted(carried_folder(journals, scope).glob("*.jsonl")))
 
     def take(self, request: ChatRequest) -> Bill | None:
         """What earlier processes were billed for ``request`` (None: nothing), once."""

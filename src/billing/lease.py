@@ -8,8 +8,11 @@ releases a lease only by this rule:
   with the host's name but its own pids is not "the same host"): when its process is gone (the
   pid is not running, or runs another program started later, told by the process start time);
 * **anywhere** (and whenever the namespace cannot be told): when neither its renewal in the
-  ledger nor its journal's time is younger than ``budget.stale_after_s``. A journal that cannot
-  be read from here is no evidence on its own: the renewal in the ledger decides.
+  ledger nor its journal's time has moved for ``budget.stale_after_s``. Two machines' clocks are
+  never compared: a lease from this machine (same host and boot) is judged by its renewal time;
+  one from another machine by what this machine saw, recorded in the lease (``seen``), so a
+  skewed clock cannot make a live run look dead. A journal that cannot be read from here is no
+  evidence on its own: the renewal in the ledger decides.
 
 A released lease is settled at the sum of its journal (what the run was billed), as one ledger
 entry carrying the lease id; the run, if it still lives, finds its lease gone at its next
@@ -90,9 +93,27 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def same_clock(lease: dict[str, Any]) -> bool:
+    """Whether ``lease`` was stamped by this machine's clock (same host name and boot, both known)."""
+    here = (socket.gethostname(), boot_id())
+    return all(here) and here == (lease.get("host"), lease.get("boot_id"))
+
+
+def _journal_time(lease: dict[str, Any]) -> float | None:
+    try:
+        return Path(lease.get("journal", "")).stat().st_mtime
+    except OSError:
+        return None  # unreadable from here (another machine's path): the renewal in the ledger decides
+
+
 def stale_reason(lease: dict[str, Any], stale_after_s: float, now: float | None = None) -> str | None:
     """Why a lease may be released (its run is gone), or None while its run may still be going.
-    A batch hold is never stale: the batch runs at the provider whatever happened to its run."""
+    A batch hold is never stale: the batch runs at the provider whatever happened to its run.
+
+    Two machines' clocks are never compared: a lease stamped by this machine's clock is judged
+    by its renewal time; one from another machine by what this machine saw, recorded in the lease
+    (``seen``, keyed by this clock): stale once its renewal and its journal's time have not moved
+    for ``stale_after_s`` of this clock (so the first look from here only starts the watch)."""
     if lease.get("kind") == "batch":
         return None
     now = time.time() if now is None else now
@@ -103,29 +124,41 @@ def stale_reason(lease: dict[str, Any], stale_after_s: float, now: float | None 
         started = lease.get("process_start")
         if started is not None and process_start(pid) not in (None, started):
             return f"process {pid} is another program now"
-    beats = [float(lease.get("renewed") or lease.get("started") or 0.0)]
-    try:
-        beats.append(Path(lease.get("journal", "")).stat().st_mtime)
-    except OSError:
-        pass  # unreadable from here (another machine's path): the renewal in the ledger decides
-    beat = max(beats)
-    if now - beat > stale_after_s:
-        return f"no heartbeat for {now - beat:.0f} s (budget.stale_after_s={stale_after_s:g})"
+    journal_time = _journal_time(lease)
+    if same_clock(lease):
+        beat = max(float(lease.get("renewed") or lease.get("started") or 0.0), journal_time or 0.0)
+        if now - beat > stale_after_s:
+            return f"no heartbeat for {now - beat:.0f} s (budget.stale_after_s={stale_after_s:g})"
+        return None
+    return _watched(lease, [lease.get("renewed") or lease.get("started"), journal_time], stale_after_s, now)
+
+
+def _watched(lease: dict[str, Any], signature: list, stale_after_s: float, now: float) -> str | None:
+    """The rule for a lease from another clock: unchanged ``signature`` for ``stale_after_s`` here."""
+    watcher = f"{socket.gethostname()}:{boot_id()}"
+    seen = lease.setdefault("seen", {})
+    mine = seen.get(watcher)
+    if not isinstance(mine, dict) or mine.get("signature") != signature:
+        seen[watcher] = {"signature": signature, "at": now}
+        return None
+    quiet = now - float(mine.get("at", now))
+    if quiet > stale_after_s:
+        return f"no heartbeat seen from here for {quiet:.0f} s (budget.stale_after_s={stale_after_s:g})"
     return None
 
 
 CARRIED = "carried"
 
 
-def carried_folder(journals: Path, run_name: str) -> Path:
-    """Where the journals of ``run_name``'s ended processes are kept (``journals``: the folder of
-    live journals, ``spend-journals`` beside the ledger file)."""
-    return journals / CARRIED / re.sub(r"[^A-Za-z0-9._=-]+", "_", run_name)
+def carried_folder(journals: Path, scope: str) -> Path:
+    """Where the journals of the ended processes of ``scope`` (a run: its name and key) are kept
+    (``journals``: the folder of live journals, ``spend-journals`` beside the ledger file)."""
+    return journals / CARRIED / re.sub(r"[^A-Za-z0-9._=-]+", "_", scope)
 
 
-def carry_journal(journal: Path, run_name: str) -> Path | None:
+def carry_journal(journal: Path, scope: str) -> Path | None:
     """Keep an ended process's journal for the next process of its run; the new path (None: no journal)."""
-    target = carried_folder(journal.parent, run_name) / journal.name
+    target = carried_folder(journal.parent, scope) / journal.name
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         journal.replace(target)
@@ -194,7 +227,9 @@ def release_stale(data: dict[str, Any], name: str, stale_after_s: float, own: st
         data["ledgers"].setdefault(name, []).append(
             {"run": lease["run"], "lease": lease["id"], "time": now_stamp(), "stale": why, **total}
         )
-        carry_journal(journal, lease["run"])  # the run's next process counts it (src/billing/earlier.py)
+        carry_journal(
+            journal, lease.get("scope") or lease["run"]
+        )  # its next process counts it (src/billing/earlier.py)
         holds = batch_holds(lease, f"its run's lease was released ({why})")
         kept += holds
         held = f"; {len(holds)} batches in flight stay reserved at their ceiling" if holds else ""

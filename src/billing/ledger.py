@@ -34,6 +34,7 @@ from typing import Any
 
 from src.billing.lease import HEARTBEAT_S, batch_holds, carry_journal, identity, now_stamp, release_stale
 from src.config.errors import ConfigError
+from src.durable import replace_durably
 
 LEDGER_FORMAT = 2
 
@@ -74,9 +75,7 @@ def read_ledger(path: Path) -> dict[str, Any]:
 
 
 def _write_ledger(path: Path, data: dict[str, Any]) -> None:
-    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temp.write_text(json.dumps(data, indent=1, sort_keys=True), encoding="utf-8")
-    os.replace(temp, path)
+    replace_durably(path, json.dumps(data, indent=1, sort_keys=True))
 
 
 @contextlib.contextmanager
@@ -126,9 +125,10 @@ class Reservation:
     itself (each run capped on its own).
     """
 
-    def __init__(self, budget: Budget, run_name: str, cost_usd: float, requests: int) -> None:
+    def __init__(self, budget: Budget, run_name: str, cost_usd: float, requests: int, scope: str | None = None) -> None:
         self.budget = budget
         self.run_name = run_name
+        self.scope = scope or run_name  # whose carried journals these are (a run's key: src/billing/earlier.py)
         self.id = uuid.uuid4().hex[:12]  # the lease id
         self.cost_usd = cost_usd  # reserved
         self.requests = requests
@@ -140,6 +140,8 @@ class Reservation:
         self._beat: threading.Thread | None = None
         self.notes: list[str] = []
         self.carried: Path | None = None  # where settle kept the journal (src/billing/earlier.py)
+        self.room: Path | None = None  # disk space kept for the ledger's last writes (:func:`keep_room`)
+        self.unsettled: str | None = None  # the line a settle that could not write the ledger ends with
 
     @property
     def shared(self) -> bool:
@@ -157,8 +159,25 @@ class Reservation:
         with self._journal_lock:
             if self._handle is not None:
                 line = json.dumps({"cost_usd": cost_usd, "requests": requests, "attempts": attempts, **detail})
-                self._handle.write(line + "\n")
-                self._handle.flush()
+                try:
+                    self._handle.write(line + "\n")
+                    self._handle.flush()
+                    os.fsync(self._handle.fileno())  # what a stale release settles at: on disk before it counts
+                except OSError as error:
+                    self._journal_failed(error)
+
+    def _journal_failed(self, error: OSError) -> None:
+        """The journal cannot grow (a full or read-only disk): the run stops sending; what it spent
+        stays counted in memory and is settled into the ledger with the room kept for it."""
+        handle, self._handle = self._handle, None
+        with contextlib.suppress(OSError):
+            handle.close()  # its unwritten line is dropped (a torn last line is skipped when read)
+        if self.lost is None:
+            self.lost = (
+                f"budget: this run's spend journal {self.journal} cannot be written ({error.strerror or error}); "
+                "it stops sending now (what it spent is settled in the ledger; free space and rerun the same "
+                "command to complete from the cache)"
+            )
 
     # ----- the lease, under the ledger's lock ---------------------------------------------------------
 
@@ -173,7 +192,31 @@ class Reservation:
                 self.lost = self._lost_line(data)
             yield data, mine
             if write:
-                _write_ledger(path, data)
+                self._write(data)
+
+    def _write(self, data: dict) -> None:
+        """Write the ledger; on a full disk, give back the room reserved for this run and try once
+        more (so a settle still lands), else raise :class:`LedgerUnwritable` with one line."""
+        path = self.budget.ledger_file
+        try:
+            _write_ledger(path, data)
+            return
+        except OSError as error:
+            if not self._free_room():
+                raise LedgerUnwritable(unwritable_line(path, error)) from None
+        try:
+            _write_ledger(path, data)
+        except OSError as error:
+            raise LedgerUnwritable(unwritable_line(path, error)) from None
+
+    def _free_room(self) -> bool:
+        room, self.room = self.room, None
+        if room is None:
+            return False
+        with contextlib.suppress(OSError):
+            room.unlink()
+            return True
+        return False
 
     def _lost_line(self, data: dict) -> str:
         entry = self._entry(data)
@@ -206,7 +249,10 @@ class Reservation:
                     mine["renewed"] = time.time()
 
     def extend(self, spent_cost: float, spent_requests: int, cost: float, requests: int) -> bool:
-        """Grow the reservation to ``spent + needed`` if the cap allows it (under the lock)."""
+        """Grow the reservation to ``spent + needed`` if the cap allows it (under the lock); never
+        for a run that has stopped (:attr:`lost`)."""
+        if self.lost is not None:
+            return False
         want_cost = max(self.cost_usd, spent_cost + cost)
         want_requests = max(self.requests, spent_requests + requests)
         if not self.shared:
@@ -284,9 +330,25 @@ class Reservation:
                 self._handle.close()
                 self._handle = None
         if not self.shared:
+            self._free_room()
             self._carry()
             return []
         name, notes = self.budget.ledger, []
+        try:
+            self._settle_shared(spend, notes)
+        except LedgerUnwritable as error:
+            self.unsettled = (
+                f"{error}: this run's spend {usd(float(spend.get('cost_usd', 0.0)))} "
+                f"({int(spend.get('requests', 0))} requests) is NOT in ledger {name!r}; enter it before the next capped run"
+            )
+            notes.append(self.unsettled)
+        self._free_room()
+        self._carry()
+        self.notes += notes
+        return notes
+
+    def _settle_shared(self, spend: dict[str, float], notes: list[str]) -> None:
+        name = self.budget.ledger
         with self._lease() as (data, mine):
             entries = data["ledgers"].setdefault(name, [])
             live = data["reservations"].get(name, [])
@@ -305,14 +367,11 @@ class Reservation:
             else:
                 entries.append({"run": self.run_name, "lease": self.id, "time": now_stamp(), **spend})
                 notes.append(f"ledger {name!r}: this run's reservation was gone; its spend is entered once now")
-        self._carry()
-        self.notes += notes
-        return notes
 
     def _carry(self) -> None:
         """Keep the journal for the run's next process (a resume counts its attempts at their price)."""
         if self.journal is not None and self.carried is None:
-            self.carried = carry_journal(self.journal, self.run_name)
+            self.carried = carry_journal(self.journal, self.scope)
 
     def _heartbeat(self) -> None:
         while not self._stop.wait(HEARTBEAT_S):
@@ -327,14 +386,20 @@ def _fits(budget: Budget, held_cost: float, held_requests: int, cost: float, req
 
 
 def reserve(
-    budget: Budget, run_name: str, ceiling_cost: float | None, to_send: int, batches: Sequence[str] = ()
+    budget: Budget,
+    run_name: str,
+    ceiling_cost: float | None,
+    to_send: int,
+    batches: Sequence[str] = (),
+    scope: str | None = None,
 ) -> Reservation:
     """Reserve a run's planned ceiling (``ceiling_cost`` None: no price, counted as 0 where no cost
     cap is set), or raise ConfigError with the budget line when it does not fit. ``batches``: keys
     of batches in flight the run may collect; their holds become part of its reservation (their
-    lines are in its plan), so a resumed run is not refused for its own batch."""
+    lines are in its plan), so a resumed run is not refused for its own batch. ``scope``: whose
+    carried journals the run's become (default its name; a prompted run: its name and key)."""
     cost = ceiling_cost or 0.0
-    reservation = Reservation(budget, run_name, cost, to_send)
+    reservation = Reservation(budget, run_name, cost, to_send, scope)
     if budget.ledger is None:
         problem = budget_problem(budget, run_name, ceiling_cost, to_send, _settled([]), 0.0, 0)
         if problem:
@@ -344,9 +409,29 @@ def reserve(
         if budget.max_requests is not None:
             reservation.requests = budget.max_requests
         if budget.ledger_file is not None:  # a private journal: what a resume of this run counts
-            _open_journal(reservation, journals_folder(budget))
+            try:
+                _open_journal(reservation, journals_folder(budget))
+            except OSError as error:
+                raise LedgerUnwritable(unwritable_line(journals_folder(budget), error)) from None
         return reservation
-    path, name = budget.ledger_file, budget.ledger
+    path = budget.ledger_file
+    try:
+        return _reserve_shared(budget, reservation, ceiling_cost, cost, to_send, batches)
+    except OSError as error:  # a read-only or full disk: refused before anything is sent
+        reservation._free_room()
+        if reservation._handle is not None:
+            reservation._handle.close()
+            reservation._handle = None
+            with contextlib.suppress(OSError):
+                reservation.journal.unlink()
+        raise LedgerUnwritable(unwritable_line(path, error)) from None
+
+
+def _reserve_shared(
+    budget: Budget, reservation: Reservation, ceiling_cost: float | None, cost: float, to_send: int,
+    batches: Sequence[str],
+) -> Reservation:  # fmt: skip
+    path, name, run_name = budget.ledger_file, budget.ledger, reservation.run_name
     with locked(path):
         data = read_ledger(path)
         reservation.notes += release_stale(data, name, budget.stale_after_s)
@@ -371,11 +456,13 @@ def reserve(
             raise ConfigError(problem)
         live = others
         journal = _open_journal(reservation, journals_folder(budget), f"{name.replace('/', '_')}-")
+        reservation.room = keep_room(journal.parent, reservation.id, path)
         started = time.time()
         live.append(
             {
                 "id": reservation.id,
                 "run": run_name,
+                "scope": reservation.scope,
                 **identity(),
                 "started": started,
                 "renewed": started,
@@ -390,6 +477,41 @@ def reserve(
     reservation._beat = threading.Thread(target=reservation._heartbeat, name="ledger-heartbeat", daemon=True)
     reservation._beat.start()
     return reservation
+
+
+class LedgerUnwritable(ConfigError):
+    """The ledger or a journal cannot be written (a full or read-only disk): one line."""
+
+
+def unwritable_line(path: Path | None, error: OSError) -> str:
+    return (
+        f"budget.ledger_file: cannot write {path} ({error.strerror or error}); free space or point "
+        "budget.ledger_file at a writable disk"
+    )
+
+
+#: Disk space kept beside the journals for a run's last ledger writes, at least this much (bytes).
+ROOM_BYTES = 1 << 20
+
+
+def keep_room(folder: Path, lease: str, ledger: Path) -> Path:
+    """Allocate (not just promise: ``posix_fallocate``) room for the ledger's next writes: if the
+    disk fills while the run sends, :meth:`Reservation._write` frees it and the settle still lands.
+    Raises OSError (no space, read-only) before anything is sent."""
+    try:
+        size = max(ROOM_BYTES, 4 * ledger.stat().st_size + (64 << 10))
+    except OSError:
+        size = ROOM_BYTES
+    room = folder / f".room-{lease}"
+    descriptor = os.open(room, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        os.posix_fallocate(descriptor, 0, size)
+    except OSError:
+        os.close(descriptor)
+        room.unlink(missing_ok=True)
+        raise
+    os.close(descriptor)
+    return room
 
 
 def journals_folder(budget: Budget) -> Path | None:

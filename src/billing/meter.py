@@ -13,7 +13,9 @@ reservation within the cap, and when it cannot, the run stops sending (``budget:
 Settling prices the attempt (:class:`~src.billing.bill.Bill`): tokens as reported, else at
 the bound the attempt was admitted under (its prompt's tokenizer count or UTF-8 bytes plus
 template markers, its answer at ``max_tokens``) and marked estimated; cost as reported, else at
-the price table. A reply's odd figures (:mod:`src.billing.reported`) count as not reported.
+the price table; a reported cost below the reply's reported tokens at the price table (``usage.cost:
+0`` beside 5,000 prompt tokens) is disputed: named, kept as reported, and the difference counted
+in ``cost_disputed``, so the cap holds on the larger. A reply's odd figures (:mod:`src.billing.reported`) count as not reported.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from src.backends.base import ChatRequest
 from src.billing.bill import Bill, BilledReply
 from src.billing.ledger import Reservation, usd
 from src.billing.prices import Price, TokenCounter, billed_mode, cap_mode
+from src.billing.reported import undercuts
 
 logger = logging.getLogger(__name__)
 
@@ -66,7 +69,9 @@ def journal_detail(bill: Bill, admission: Admission) -> dict:
         "cost_estimated": bill.cost_estimated,
         "estimated_prompt_tokens": bill.estimated_prompt_tokens,
         "estimated_completion_tokens": bill.estimated_completion_tokens,
+        "cost_disputed": bill.cost_disputed,
         "odd_replies": bill.odd_replies,
+        "disputed_replies": bill.disputed_replies,
     }
 
 
@@ -209,11 +214,25 @@ class Meter:
             )
         bill.prompt_tokens, bill.completion_tokens = int(prompt), int(completion)
         cost = usage.get("cost")
+        price = self.mode_price(billed_mode(mode, billed.service_tier))
+        reported_prompt = bill.prompt_tokens - bill.estimated_prompt_tokens
+        reported_completion = bill.completion_tokens - bill.estimated_completion_tokens
         if isinstance(cost, (int, float)) and not isinstance(cost, bool):
             bill.cost_reported = float(cost)
-        elif (price := self.mode_price(billed_mode(mode, billed.service_tier))) is not None:
-            reported_prompt = bill.prompt_tokens - bill.estimated_prompt_tokens
-            reported_completion = bill.completion_tokens - bill.estimated_completion_tokens
+            table = None if price is None else price.cost(reported_prompt, reported_completion)
+            if table is not None and undercuts(bill.cost_reported, table):
+                bill.disputed_replies = 1
+                bill.cost_disputed = table - bill.cost_reported
+                logger.warning(
+                    "request %r: the provider reported %s for the %d prompt and %d completion tokens it "
+                    "reported, below their %s at the model file's price: the cap counts the larger",
+                    request.request_id,
+                    usd(bill.cost_reported),
+                    reported_prompt,
+                    reported_completion,
+                    usd(table),
+                )
+        elif price is not None:
             bill.cost_price_table = price.cost(reported_prompt, reported_completion)
             bill.cost_estimated = price.cost(bill.estimated_prompt_tokens, bill.estimated_completion_tokens)
         return bill

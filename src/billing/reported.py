@@ -12,6 +12,9 @@ OpenRouter reports ``usage.cost`` (what it charged the account) and
 user's own provider key (BYOK, ``usage.is_byok: true``, or a cost of 0 beside a positive
 upstream cost) the upstream provider bills that key directly, so the spend is the sum; on other
 replies the upstream figure repeats the cost and is not added again.
+
+A checked cost is still only the provider's word: one below the reply's own token counts at the
+model file's price (:func:`undercuts`) is disputed by the meter and counted at the table.
 """
 
 from __future__ import annotations
@@ -21,6 +24,15 @@ from dataclasses import dataclass
 from typing import Any
 
 COUNT_FIELDS = ("prompt_tokens", "completion_tokens")
+
+#: How far a reported cost may fall below its tokens at the price table before it is disputed
+#: (per-million prices are rounded where providers list them).
+DISPUTE_TOLERANCE = 0.02
+
+
+def undercuts(reported: float, table: float) -> bool:
+    """Whether a reported cost is below its reported tokens at the price table, beyond rounding."""
+    return reported < table * (1 - DISPUTE_TOLERANCE) - 1e-12
 
 
 @dataclass(frozen=True)

@@ -79,8 +79,10 @@ class PaidSession:
         budget: Budget,
         sweep: tuple[str, str] | None = None,
         keep_journal: bool = False,
+        scope: str | None = None,
     ) -> None:
         self.name = name
+        self.scope = scope or name  # whose carried journals it reads and leaves (a run: its name and key)
         self.meter = meter
         self.budget = budget
         self.sweep = sweep
@@ -103,12 +105,12 @@ class PaidSession:
         problem = paid_sweep_problem(self.sweep, self.name, ceiling_cost, to_send)
         if problem:
             raise ConfigError(problem)
-        self.reservation = reserve(self.budget, self.name, ceiling_cost, int(to_send), batches)
+        self.reservation = reserve(self.budget, self.name, ceiling_cost, int(to_send), batches, self.scope)
         for note in self.reservation.notes:
             log.warning("%s", note)
         self.meter.reservation = self.reservation
         if self.keep_journal:  # after reserve: it carried the journal of a killed process of this caller
-            self.earlier = EarlierAttempts.of_run(journals_folder(self.budget), self.name)
+            self.earlier = EarlierAttempts.of_run(journals_folder(self.budget), self.scope)
         return self.reservation
 
     def attach(self, backend: Any) -> None:
@@ -144,7 +146,7 @@ class PaidSession:
         self._settled = True
         notes = self.reservation.settle(self.meter.spend())
         for note in notes or ():
-            log.warning("%s", note)
+            (log.error if note == self.reservation.unsettled else log.warning)("%s", note)
         if not self.keep_journal and self.reservation.carried is not None:
             self.reservation.carried.unlink(missing_ok=True)  # nobody resumes its usage from it
 

@@ -5,7 +5,8 @@ these fields. New requests count every attempt (``attempts``, ``retried``) and e
 (``billed_attempts``, also those then retried or failed); their tokens include the ones counted
 on this machine where a reply reported none (``estimated_*``), and their ``cost`` is split into
 ``cost_reported`` (the provider's ``usage.cost``), ``cost_price_table`` (reported tokens at the
-model file's price) and ``cost_estimated`` (estimated tokens at that price); a resumed run's
+model file's price), ``cost_estimated`` (estimated tokens at that price) and ``cost_disputed``
+(what a reported cost below its own tokens at the price adds to reach them: the cap's reading); a resumed run's
 requests count what its earlier, interrupted processes were billed for them too (``sent``, every
 attempt, at the price then billed: :mod:`src.billing.earlier`). A prompt identical
 to one already counted in the run is a ``duplicate`` with no tokens or cost of its own; answers
@@ -20,6 +21,7 @@ from src.backends.base import ChatRequest, GenerationResult
 from src.billing.bill import BILL_FIELDS, Bill
 from src.billing.ledger import usd
 from src.billing.prices import Price
+from src.billing.reported import undercuts
 
 USAGE_FIELDS = (
     "requests",
@@ -59,13 +61,16 @@ def bill_of(result: GenerationResult, price: Price | None) -> Bill:
 
 
 def cached_cost(result: GenerationResult, price: Price | None) -> float:
-    """What a cached answer cost when it was bought: its reported cost, else its tokens at the price."""
+    """What a cached answer cost when it was bought: its reported cost, else (none, or a disputed one)
+    its tokens at the price."""
     usage = result.usage or {}
+    table = None
+    if price is not None:
+        table = price.cost(float(usage.get("prompt_tokens") or 0), float(usage.get("completion_tokens") or 0))
     if usage.get("cost") is not None:
-        return float(usage["cost"])
-    if price is None:
-        return 0.0
-    return price.cost(float(usage.get("prompt_tokens") or 0), float(usage.get("completion_tokens") or 0))
+        reported = float(usage["cost"])
+        return table if table is not None and undercuts(reported, table) else reported  # as its bill counted it
+    return 0.0 if table is None else table
 
 
 def dataset_usage(
@@ -122,6 +127,12 @@ def spend_line(total: dict[str, float], ceiling: float | None) -> str:
     against = "no price" if ceiling is None else f"plan ceiling {usd(ceiling)}"
     odd = int(total.get("odd_replies", 0))
     odd_line = f"; {odd} odd replies (figures no finite number >= 0, priced as unreported)" if odd else ""
+    disputed = int(total.get("disputed_replies", 0))
+    if disputed:
+        odd_line += (
+            f"; {disputed} replies reported a cost below their tokens at the price table "
+            f"(+{usd(total.get('cost_disputed', 0.0))} counted against the cap)"
+        )
     return (
         f"spent {usd(cost)} ({against}): provider-reported {usd(total.get('cost_reported', 0.0))}, "
         f"price table {usd(total.get('cost_price_table', 0.0))}, estimated {usd(total.get('cost_estimated', 0.0))}; "

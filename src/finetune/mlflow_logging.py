@@ -11,6 +11,7 @@ store or a machine path, so the folder's bytes do not change from one training t
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import math
 from collections.abc import Iterator
@@ -19,9 +20,10 @@ from typing import Any
 
 from src.config.locate import project_relative
 from src.finetune.train_config import TrainConfig
+from src.numerics import settings as numerics_settings
 from src.rounding import rounded
 from src.tracking.evidence import MACHINE_METRIC, clean_metrics, clean_tags, write_evidence
-from src.tracking.keys import KEY_TAG, code_version, run_key, without_history
+from src.tracking.keys import KEY_TAG, code_version, run_key, settings_digest, without_history
 from src.tracking.store import (
     data_version,
     default_experiment,
@@ -139,6 +141,9 @@ def training_record(
         "data_version": version,
         "code_version": code_version(),
         "git_commit": git_commit(),
+        # every setting in one digest, and the numerics the weights' last bits depend on (src/numerics.py)
+        "settings_digest": settings_digest(config.to_dict()),
+        **{f"numerics.{k}": v for k, v in dataclasses.asdict(numerics_settings()).items()},
     }
     final = {
         "train_time_s": summary["train_time_s"],

@@ -2,7 +2,7 @@
 
 DVC renders a plot from one x and one y column, so each table here is the tidy form of a
 report table people compare across experiments: F1 per configuration and dataset, the RQ1
-outcome probabilities, and the error-type shares.
+outcome counts, and the error-type shares.
 """
 
 from __future__ import annotations
@@ -47,21 +47,26 @@ def _long_rows(records: list[dict], names: tuple[str, ...], column_of, row_of) -
 
 
 def rq1_transfer(analysis: Analysis) -> pd.DataFrame:
+    """Pairs better on base, counted by their outcome on each target (``pairs``), with the share beside.
+
+    The count is plotted, not the share: a target on which no pair was better on base (too few
+    documents for any verdict, say) then shows four bars of 0 instead of vanishing from the plot.
+    """
     table = analysis.rq1
     chosen = table[(table["correction"] == "none") & (table["group"] == "all")]
-    rows = _long_rows(
-        chosen.to_dict("records"),
-        OUTCOMES,
-        lambda outcome: outcome,
-        lambda r, outcome, value: {
+    rows = [
+        {
             "target_outcome": f"{r['target']} {outcome}",
             "target": r["target"],
             "outcome": outcome,
-            "probability": value,
-            "pairs": int(r["pairs"]),
-        },
-    )
-    return pd.DataFrame(rows, columns=["target_outcome", "target", "outcome", "probability", "pairs"])
+            "pairs": int(r[f"n_{outcome}"]),
+            "probability": round(float(r[outcome]), 6) if _finite(r[outcome]) else None,
+            "tested": int(r["pairs"]),
+        }
+        for r in chosen.to_dict("records")
+        for outcome in OUTCOMES
+    ]
+    return pd.DataFrame(rows, columns=["target_outcome", "target", "outcome", "pairs", "probability", "tested"])
 
 
 def error_types(analysis: Analysis) -> pd.DataFrame:

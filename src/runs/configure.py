@@ -26,6 +26,7 @@ from src.config.schema import RunConfig
 from src.data.schema import Record, read_records
 from src.data.splits import subset_by_id
 from src.data.text import words
+from src.redact import redact_uris
 from src.runs.prompted import PromptedSystem
 from src.scoring.system import DatasetPlan
 from src.tracking.evaluation import RunRecord
@@ -112,7 +113,8 @@ def run_record(config: RunConfig, files: list[Path], weights: dict | None = None
         "provider": config.provider.name if api and config.provider is not None else None,
         "backend": model.backend,
         "requantize": weights.get("requantize"),
-        "gguf_sha256": weights.get("gguf_sha256"),
+        "gguf_sha256": weights.get("gguf_sha256"),  # the weights by content, and the engine that ran them
+        "engine": weights.get("engine"),
         "family": model.family,
         "architecture": model.architecture,
         "params_total_b": model.params_total_b,
@@ -136,7 +138,8 @@ def run_record(config: RunConfig, files: list[Path], weights: dict | None = None
         "data_version": data_version(files),
         "settings_digest": settings_digest(config.raw),  # every other setting: in the key (src/tracking/keys.py)
     }
-    if api:  # how an API model was bought: the mode (its price) and the pinned routing
+    if api:  # where and how an API model was bought: the endpoint, the mode (its price), the pinned routing
+        params["endpoint"] = redact_uris(str(backend_options.get("base_url") or ""))
         params["mode"] = backend_options["mode"]
         routing = backend_options.get("routing")
         params["routing"] = json.dumps(routing, sort_keys=True) if routing else None

@@ -113,9 +113,10 @@ def run(config: RunConfig) -> int:
     system, plans = configured_system(config, files)
     record = run_record(config, [path for _, _, path in files], system.backend.cache_identity())
     plan = plan_of(config, system, plans)
-    session = reserve_plan(config, plan, system)
-    # what earlier, interrupted processes of this run were billed: its usage counts it (item 8)
-    system.earlier = EarlierAttempts.of_run(journals_folder(config.budget), config.run_name)
+    scope = journal_scope(record)
+    session = reserve_plan(config, plan, system, plans, scope)
+    # what earlier, interrupted processes of this run (its key) were billed: its usage counts it (item 8)
+    system.earlier = EarlierAttempts.of_run(journals_folder(config.budget), scope)
     opened_ms = int(time.time() * 1000) - 1000  # a run this process opens starts after this
     try:
         outcome = evaluate_configuration(
@@ -152,7 +153,15 @@ def run(config: RunConfig) -> int:
     return code
 
 
-def reserve_plan(config: RunConfig, plan: dict, system: PromptedSystem) -> PaidSession:
+def journal_scope(record) -> str:
+    """Whose spend journals a run carries and reads: its name and key (another profile's run of the
+    same name computes something else, and its interrupted purchases are its own)."""
+    return f"{record.run_name}-{record.key}"
+
+
+def reserve_plan(
+    config: RunConfig, plan: dict, system: PromptedSystem, plans: list[DatasetPlan], scope: str | None = None
+) -> PaidSession:
     """The run's paid session (:mod:`src.billing.session`): the price's age named first, the plan's
     ceiling reserved in the run's ledger (one ``error: budget: ...`` line when it does not fit,
     or when a paid sweep profile sets no cap), the meter attached; the reservation recorded in
@@ -163,8 +172,11 @@ def reserve_plan(config: RunConfig, plan: dict, system: PromptedSystem) -> PaidS
     if stale_price:
         log.warning("%s", stale_price)
     before = spent(budget)
-    session = PaidSession(config.run_name, system.meter, budget, sweep=uncapped_sweep(block), keep_journal=True)
-    in_flight = open_batches(system.backend)  # a resumed run's own batches: their holds are its reservation
+    session = PaidSession(
+        config.run_name, system.meter, budget, sweep=uncapped_sweep(block), keep_journal=True, scope=scope
+    )
+    # a resumed run's own batches (holding its requests): their holds are its reservation
+    in_flight = open_batches(system.backend, [r for p in plans for r in system.requests(p)])
     reservation = session.reserve(plan["ceiling_cost_usd"], int(plan["to_send"]), in_flight)
     session.attach(system.backend)
     plan["budget"] = {

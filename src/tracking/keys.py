@@ -41,7 +41,7 @@ NOT_IN_KEY = {
     "profile": "the MLflow parent run the run is filed under",
     "mlflow": "where, and under which run name, the run is logged (the name is in the key apart)",
     "budget": "caps stop a run before it sends; they never change an answer",
-    "provider.base_url": "the endpoint's address (the model it serves is in the key; who served each answer is checked)",
+    "provider.base_url": "in the key as the param `endpoint`, without credentials in the URL",
     "model.options.base_url": "the same, for a model file's own endpoint",
     "provider.api_key_env": "the name of the variable holding the key",
     "model.options.api_key_env": "the same, for a model file's own endpoint",

@@ -3,6 +3,8 @@ cached copy no longer matches, and part of the backend's cache identity."""
 
 from __future__ import annotations
 
+import hashlib
+import importlib.metadata
 import json
 from collections import Counter
 
@@ -85,7 +87,15 @@ def test_the_cache_identity_names_the_requantized_weights(tmp_path):
     requantized = create_backend(
         "llamacpp", model_id="smollm2-135m-gguf", requantize="Q4_0", requantize_dir=str(tmp_path)
     )
-    assert shipped.cache_identity() == {"gguf_file": "SmolLM2-135M-Instruct.Q4_1.gguf"}  # keys of old answers kept
+    # issue 48: the weights by content, the engine and the context size, not the file name alone
+    assert shipped.cache_identity() == {
+        "gguf_file": "SmolLM2-135M-Instruct.Q4_1.gguf",
+        "gguf_sha256": hashlib.sha256(shipped.path.read_bytes()).hexdigest(),
+        "engine": f"llama-cpp-python {importlib.metadata.version('llama-cpp-python')}",
+        "n_ctx": shipped.n_ctx,
+    }
+    smaller = create_backend("llamacpp", model_id="smollm2-135m-gguf", n_ctx=4096)
+    assert smaller.cache_identity()["n_ctx"] == 4096
     identity = requantized.cache_identity()
     assert identity["gguf_file"] == "SmolLM2-135M-Instruct.Q4_1.gguf" and identity["requantize"] == "Q4_0"
     assert identity["gguf_sha256"] == requantized.requantized.sha256 and requantized.path.parent == tmp_path

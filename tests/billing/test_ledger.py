@@ -7,6 +7,7 @@ import json
 import multiprocessing
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from src.billing.lease import stale_reason
+from src.billing.lease import boot_id, stale_reason
 from src.billing.ledger import Budget, read_ledger, reserve, spent
 from src.config.errors import ConfigError
 
@@ -132,5 +133,9 @@ def test_a_reservation_without_a_heartbeat_is_stale_on_any_host(tmp_path: Path):
     old = time.time() - 700
     os.utime(journal, (old, old))
     other_host = {"host": "elsewhere", "pid": 1, "journal": str(journal), "started": old, "run": "r"}
-    assert "no heartbeat for 70" in stale_reason(other_host, 600)
-    assert stale_reason(other_host, 800) is None
+    assert stale_reason(other_host, 600) is None  # another clock: the first look starts the watch
+    assert stale_reason(other_host, 600, now=time.time() + 500) is None
+    assert "no heartbeat seen from here for 70" in stale_reason(other_host, 600, now=time.time() + 701)
+    here = {**other_host, "host": socket.gethostname(), "boot_id": boot_id()}  # this clock: its stamps count
+    assert "no heartbeat for 70" in stale_reason(here, 600)
+    assert stale_reason(here, 800) is None

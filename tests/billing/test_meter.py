@@ -17,13 +17,20 @@ REQUEST = ChatRequest(messages=(("user", "x" * 400),), max_tokens=100)  # estima
 
 def test_reported_usage_and_cost_are_kept_and_missing_figures_are_counted_and_labelled():
     meter = Meter(PRICE, TokenCounter())
-    reported = meter.price_attempt(REQUEST, BilledReply({"prompt_tokens": 90, "completion_tokens": 10, "cost": 7e-5}))
+    reported = meter.price_attempt(REQUEST, BilledReply({"prompt_tokens": 90, "completion_tokens": 10, "cost": 1.2e-4}))
     assert (reported.prompt_tokens, reported.cost_reported, reported.cost_price_table, reported.cost_estimated) == (
         90,
-        7e-5,
+        1.2e-4,
         0.0,
         0.0,
     )
+    assert (reported.disputed_replies, reported.cost_disputed) == (0, 0.0)  # above the table: the bill
+    # below its own tokens at the table (1.1e-4): kept as reported, topped up to the table for the cap
+    low = meter.price_attempt(REQUEST, BilledReply({"prompt_tokens": 90, "completion_tokens": 10, "cost": 7e-5}))
+    assert (low.cost_reported, low.disputed_replies) == (7e-5, 1)
+    assert low.cost_disputed == pytest.approx(4e-5) and low.cost == pytest.approx(1.1e-4)
+    rounded = meter.price_attempt(REQUEST, BilledReply({"prompt_tokens": 90, "completion_tokens": 10, "cost": 1.09e-4}))
+    assert rounded.disputed_replies == 0  # within the rounding tolerance of listed prices
     table = meter.price_attempt(REQUEST, BilledReply({"prompt_tokens": 90, "completion_tokens": 10}))
     assert table.cost_price_table == pytest.approx((90 * 1 + 10 * 2) / 1e6) and table.estimated_prompt_tokens == 0
     estimated = meter.price_attempt(REQUEST, BilledReply({}, generated_text="y" * 40))
@@ -81,10 +88,10 @@ def test_a_reported_cost_above_the_ceiling_is_named_only_for_attempts_admitted_h
     """An attempt an earlier process sent (:meth:`Meter.already_sent`) has no ceiling here (0):
     its reported cost is its bill, not a price below the provider's."""
     meter = Meter(PRICE, TokenCounter())
-    reply = BilledReply({"prompt_tokens": 90, "completion_tokens": 10, "cost": 5e-5})
+    reply = BilledReply({"prompt_tokens": 90, "completion_tokens": 10, "cost": 6e-5})
     with caplog.at_level("WARNING", logger="src.billing.meter"):
         bill = meter.settle(meter.already_sent(REQUEST, True, "batch"), reply)
-    assert bill.cost_reported == 5e-5 and meter.total.cost == 5e-5
+    assert bill.cost_reported == 6e-5 and meter.total.cost == 6e-5
     assert "above its admitted ceiling" not in caplog.text
     with caplog.at_level("WARNING", logger="src.billing.meter"):
         meter.settle(meter.admit(REQUEST, True), BilledReply({"prompt_tokens": 90, "completion_tokens": 10, "cost": 1}))

@@ -22,8 +22,8 @@ bodies carry no ``usage.cost`` unless ``batch_report_cost`` (OpenAI's do not).
 Faults of the batch itself: :meth:`fail_in_batch` (lines with a marker go to the error file
 with an HTTP status), :meth:`expire_next` and :meth:`cancel_next` (the next batch to complete
 expires or is cancelled with only its first ``done`` lines answered, the others in the error
-file with ``batch_expired`` / ``batch_cancelled``), :meth:`fail_next_validation`, and the
-cancel endpoint. Duplicate ``custom_id``s or a line whose ``url`` is not the batch's endpoint
+file with ``batch_expired`` / ``batch_cancelled``), :meth:`fail_next_validation`,
+:meth:`forget_next` (a batch deleted before it completed: 404 on its polls), and the cancel endpoint. Duplicate ``custom_id``s or a line whose ``url`` is not the batch's endpoint
 fail validation, as OpenAI's do.
 
 It records ``uploads`` ((file id, lines)), ``created`` (batch ids), ``polls`` per batch,
@@ -124,6 +124,7 @@ class BatchServer(OpenAIServer):
         self.batches: dict[str, Batch] = {}
         self.uploads: list[tuple[str, int]] = []
         self.created: list[str] = []
+        self.forgotten: list[str] = []  # batch ids deleted by forget_next
         self.polls: Counter[str] = Counter()
         self.cancel_requests: list[str] = []
         self.batch_lines: Counter[str] = Counter()
@@ -137,6 +138,7 @@ class BatchServer(OpenAIServer):
         self._framing = {"bom": False, "separator": False, "drop": 0}  # of every output file from now on
         self._throttled_polls = (0, "1")  # (polls answered 429, their Retry-After)
         self._stuck_cursor = False  # results pages that repeat their cursor and never clear has_more
+        self._forget = 0  # batches forgotten (deleted, 404 from then on) at their next poll
         self._ids = 0
         self._batch_lock = threading.RLock()
         self._server.RequestHandlerClass = _batch_handler_for(self)
@@ -200,6 +202,12 @@ class BatchServer(OpenAIServer):
         """Every results page from now on says ``has_more`` with the cursor it was asked for."""
         with self._batch_lock:
             self._stuck_cursor = True
+
+    def forget_next(self, times: int = 1) -> None:
+        """The next ``times`` batches polled are forgotten first: deleted unbilled, 404 from then on
+        (a batch deleted at the provider, or another account's)."""
+        with self._batch_lock:
+            self._forget = times
 
     def throttled(self) -> str | None:
         """The Retry-After of a poll to answer 429 (None: answer it)."""
@@ -323,6 +331,10 @@ class BatchServer(OpenAIServer):
     def poll(self, batch_id: str) -> tuple[int, dict]:
         with self._batch_lock:
             batch = self.batches.get(batch_id)
+            if batch is not None and self._forget and batch.status in ("validating", "in_progress"):
+                self._forget -= 1
+                self.forgotten.append(self.batches.pop(batch_id).id)
+                batch = None
             if batch is None:
                 return 404, {"error": {"message": f"No such Batch object: {batch_id}"}}
             self.polls[batch_id] += 1
@@ -359,16 +371,16 @@ class BatchServer(OpenAIServer):
                 continue
             item, failed = self._answer_line(line)
             (errors if failed else output).append(item)
-        for kind in self._odd_output if output else ():
-            if kind == "duplicate":
+        batch.counts.update(completed=len(output), failed=len(errors))  # the requests, not the odd lines
+        answered, output = output, output[self._framing["drop"] :]  # billed lines left out of the file
+        for kind in self._odd_output if answered else ():
+            if kind == "duplicate" and output:  # a second, disagreeing line for a request the file answers
                 other = json.loads(json.dumps(output[0]))
                 other["response"]["body"]["choices"][0]["message"]["content"] = '["disagreeing"]'
                 output.append(other)
-            else:
-                output.append({**output[0], "custom_id": None})
+            elif kind != "duplicate":
+                output.append({**answered[0], "custom_id": None})
         self._odd_output = []
-        batch.counts.update(completed=len(output), failed=len(errors))
-        output = output[self._framing["drop"] :]
         if output:
             batch.output_file_id = self._store(output, framed=True)
         if errors:

@@ -144,6 +144,16 @@ def quoted_words_answer(body: dict) -> str:
     return json.dumps(quoted_words(last_user_message(body)))
 
 
+def routed_provider(body: dict) -> dict:
+    """OpenRouter names the provider that served every reply: under a pinned ``provider.only`` (or
+    ``order`` without fallbacks) the first one named (``fields_of`` may say otherwise)."""
+    routing = body.get("provider")
+    if not isinstance(routing, dict):
+        return {}
+    names = routing.get("only") or (routing.get("order") if routing.get("allow_fallbacks") is False else None)
+    return {"provider": names[0]} if names else {}
+
+
 @dataclass
 class Fault:
     """A failure served to matching requests, ``times`` times (None = always)."""
@@ -406,6 +416,7 @@ class OpenAIServer:
             "object": "chat.completion",
             "created": int(time.time()),
             "model": self.served_model or body.get("model", ""),
+            **routed_provider(body),
             **self.extra_fields,
             **self.fields_of(body),
             **({"service_tier": tier} if (tier := self.tier_of(body)) is not None else {}),

@@ -260,3 +260,18 @@ def test_results_pages_that_never_end_fail_the_batch_loudly_instead_of_looping(w
         code, output = finish(process)
     assert code != 0
     assert "the results of batch" in output and "repeat their cursor after 2 pages" in output
+
+
+def test_a_batch_the_provider_no_longer_knows_releases_its_hold_and_its_requests_are_bought_once(workspace: Path):
+    """Issue 48: a 404 on a batch's poll failed the run and left the batch's hold in the ledger for
+    good; the batch bills nothing more, so its hold is released and its requests go to a new batch."""
+    with server() as batches:
+        batches.forget_next()
+        code, output = finish(start(workspace, batches.base_url, "run"))
+        created, forgotten, billed = list(batches.created), list(batches.forgotten), batches.billed_cost
+        responses = batches.billed["responses"]
+    assert code == 0, output[-4000:]
+    assert len(created) == 2 and forgotten == created[:1] and responses == N
+    assert f"batch {forgotten[0]}: the provider does not know this batch" in output
+    assert holds(workspace) == [] and ledger(workspace)["reservations"]["adversarial"] == []
+    assert total(workspace) == pytest.approx(billed, rel=1e-9) and total(workspace) <= CAP

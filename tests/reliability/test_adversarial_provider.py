@@ -19,7 +19,7 @@ import pytest
 from src.backends.base import ChatRequest
 from src.backends.cache import CachedBackend, ResponseCache
 from src.backends.openai_backend import OpenAIBackend
-from src.backends.served import OFF_PIN
+from src.backends.served import OFF_PIN, off_pin_reason
 from src.billing.ledger import Budget, read_ledger, reserve
 from src.billing.meter import Meter
 from src.billing.prices import Price, TokenCounter
@@ -105,6 +105,47 @@ def test_an_odd_cost_is_priced_from_the_table_named_counted_and_never_reaches_th
     odd_lines = [m for m in caplog.messages if "odd figures in the reply's usage" in m]
     assert len(odd_lines) == N and all(named in line for line in odd_lines), odd_lines[:2]
     assert all(r.usage.get("cost") is None for r in results)  # no odd figure kept with an answer
+
+
+def test_a_cost_below_the_replys_own_tokens_at_the_price_is_disputed_and_the_cap_holds_on_the_table(tmp_path, caplog):
+    """``usage.cost: 0`` beside the tokens the reply reports, under a cap of half their list price:
+    each such reply is named and the cap counts its tokens at the table, so the run stops within
+    the cap instead of sending everything with a ledger of $0."""
+    caplog.set_level(logging.WARNING)
+    long = [  # about 2,600 prompt tokens each: the prompt, not the answer's bound, is the bill
+        ChatRequest(messages=(("user", "a " * 2000 + f'"w{i}"'),), max_tokens=16, request_id=f"r{i}") for i in range(N)
+    ]
+    with server(show_usage=shown_cost(0)) as provider:  # every request once, uncapped: the list price
+        OpenAIBackend(model_id="m", base_url=provider.base_url, max_retries=0).generate(long)
+        list_cost = PRICE.cost(provider.billed["prompt_tokens"], provider.billed["completion_tokens"])
+    cap = list_cost / 2
+    with server(show_usage=shown_cost(0)) as provider:
+        backend, budget = metered(provider.base_url, tmp_path, cap=cap)
+        results = backend.generate(long)
+        answered = provider.billed["responses"]
+        at_list = PRICE.cost(provider.billed["prompt_tokens"], provider.billed["completion_tokens"])
+    assert 0 < sum(r.ok for r in results) == answered < N
+    assert all("budget: stopped sending" in r.error for r in results if not r.ok)
+    total = backend.meter.total
+    assert total.disputed_replies == answered and total.cost_reported == 0.0  # the provider's word, kept
+    assert total.cost_disputed == pytest.approx(at_list, rel=1e-9)
+    entries = settled(backend, budget)
+    assert entries[0]["cost_usd"] == pytest.approx(at_list, rel=1e-9) and at_list <= cap
+    assert entries[0]["disputed_replies"] == answered
+    lines = [m for m in caplog.messages if "below their" in m and "the cap counts the larger" in m]
+    assert len(lines) == answered and "reported $0 for" in lines[0]
+
+
+def test_a_cost_at_or_above_the_table_is_the_bill_and_no_dispute(tmp_path, caplog):
+    caplog.set_level(logging.WARNING)
+    with server(show_usage=lambda body, usage: {**usage, "cost": usage["cost"] * 1.5}) as provider:
+        backend, budget = metered(provider.base_url, tmp_path)
+        backend.generate(requests())
+        billed_cost = provider.billed_cost
+    total = backend.meter.total
+    assert total.disputed_replies == 0 and total.cost_reported == pytest.approx(1.5 * billed_cost, rel=1e-9)
+    assert not [m for m in caplog.messages if "the cap counts the larger" in m]
+    settled(backend, budget)
 
 
 def test_numeric_strings_are_converted_and_such_an_answer_is_cached(tmp_path):
@@ -233,6 +274,36 @@ def test_under_fail_every_reply_form_from_off_the_pin_fails_refusals_too(tmp_pat
     assert all(r.text is None for r in results) and sent == 6  # each retried once, none kept
     assert "quantization 'fp4' outside ['fp8']" in results[0].error
     assert "provider 'Together' outside ['deepinfra']" in results[1].error
+
+
+def test_on_a_pinned_run_a_reply_that_names_no_provider_is_named_never_passed(tmp_path):
+    """Issue 48: a reply naming no provider passed the pin's check: a self-hosted server and
+    OpenRouter serving one model id were indistinguishable. Under ``warn`` it is kept, named and
+    never cached under the pinned key; under ``fail`` it fails."""
+
+    def silent(body: dict) -> dict:
+        n = int(last_user_message(body).split('"w')[1].split('"')[0])
+        return {"provider": "DeepInfra"} if n % 2 == 0 else {"provider": None}  # a self-hosted server names none
+
+    with server(fields_of=silent) as provider:
+        backend = OpenAIBackend(model_id="m", base_url=provider.base_url, routing=PIN, max_retries=1)
+        kept = CachedBackend(backend, ResponseCache(tmp_path / "cache")).generate(requests(4))
+        failing = OpenAIBackend(
+            model_id="m", base_url=provider.base_url, routing=PIN, on_model_mismatch="fail", max_retries=0
+        ).generate(requests(4))
+    assert all(r.ok for r in kept)
+    assert [r.served.get(OFF_PIN) for r in kept[0::2]] == [None, None]
+    assert all("the reply names no provider (pinned to ['deepinfra'])" in r.served[OFF_PIN] for r in kept[1::2])
+    assert len(ResponseCache(tmp_path / "cache")) == 2  # only the answers that named the pinned provider
+    assert [r.ok for r in failing] == [True, False, True, False] and "names no provider" in failing[1].error
+
+
+def test_on_a_pinned_run_a_reply_that_names_no_model_is_off_the_pin():
+    assert off_pin_reason("m", PIN, {"provider": "DeepInfra"}) == (
+        "the reply names no model (a pinned run of 'm' checks who served it)"
+    )
+    assert off_pin_reason("m", PIN, {"provider": "DeepInfra", "model": "m"}) is None
+    assert off_pin_reason("m", None, {}) is None  # an unpinned run: nothing to compare is no mismatch
 
 
 def test_permanent_http_errors_stop_the_call_early(tmp_path):
