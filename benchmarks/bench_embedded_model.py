@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run as a script from anywhere
 
 from src.backends import create_backend  # noqa: E402
-from src.backends.base import ChatRequest  # noqa: E402
+from src.core.requests import ChatRequest  # noqa: E402
 from src.data.digest import file_digest  # noqa: E402
 from src.data.schema import read_records  # noqa: E402
 from src.data.splits import subset_by_id  # noqa: E402

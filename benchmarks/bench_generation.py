@@ -30,8 +30,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch  # noqa: E402
 import transformers  # noqa: E402
 
-from src.backends.base import ChatRequest  # noqa: E402
 from src.backends.transformers_backend import TransformersBackend  # noqa: E402
+from src.core.requests import ChatRequest
 
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "generation.json"
 SYSTEM = "You extract time expressions. Answer with a JSON array of the exact strings, then explain briefly."

@@ -26,8 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script 
 import httpx  # noqa: E402
 import openai  # noqa: E402
 
-from src.backends.base import ChatRequest  # noqa: E402
 from src.backends.openai_backend import OpenAIBackend  # noqa: E402
+from src.core.requests import ChatRequest
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 RESULTS = PROJECT_ROOT / "benchmarks" / "results" / "http.json"

@@ -47,9 +47,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import yaml  # noqa: E402
 
 from src.backends import create_backend  # noqa: E402
-from src.backends.base import ChatRequest  # noqa: E402
 from src.billing.meter import Meter  # noqa: E402
 from src.config.schema import RunConfig  # noqa: E402
+from src.core.requests import ChatRequest  # noqa: E402
 from src.prompts import STRATEGY_NAMES  # noqa: E402
 from src.runs.configure import planned_records  # noqa: E402
 from src.runs.offline import load_config  # noqa: E402

@@ -31,8 +31,8 @@ import yaml
 
 from src import study
 from src.cli import setup_logging
-from src.config.locate import project_relative
-from src.config.params import lookup
+from src.core.locate import project_relative
+from src.core.params import lookup
 from src.data.schema import read_records
 from src.report import comparisons, figures, plots, tables, writer
 from src.report.analysis import Analysis, run_analysis

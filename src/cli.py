@@ -8,13 +8,13 @@ import logging
 import os
 import sys
 from collections.abc import Callable
-from typing import Any, NoReturn
+from typing import NoReturn
 
-from src.data.schema import DataError
+from src.core.errors import DataError
+from src.core.values import MAX_SEED
 from src.redact import install_log_redaction
 
 MAX_RESAMPLES = 1_000_000
-MAX_SEED = 2**32 - 1
 MEMORY_LIMIT_BYTES = 2 * 2**30  # what one bootstrap may hold in memory (the machines here have 24 GB)
 EXIT_BAD_INPUT = 2
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a Unix tool whose reader went away
@@ -26,30 +26,6 @@ def setup_logging(level: int = logging.INFO, timestamps: bool = False) -> None:
     stamp = "%(asctime)s " if timestamps else ""
     logging.basicConfig(level=level, format=f"{stamp}%(levelname)s %(name)s: %(message)s")
     install_log_redaction()
-
-
-def optional_int(value: Any) -> int | None:
-    """An integer, or None for ``None``/``null``/``none``/empty (argparse type and config values).
-
-    DVC renders a YAML null in a stage command as the word ``None``, and Hydra reads that
-    word as a string, so every ``--limit``-like option goes through here.
-    """
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        raise ValueError(f"expected an integer or null, got {value!r}")
-    if isinstance(value, int):
-        value = str(value)
-    text = str(value).strip()
-    if text.lower() in ("", "null", "none"):
-        return None
-    try:
-        number = int(text)
-    except ValueError:
-        raise ValueError(f"expected an integer or null, got {value!r}") from None
-    if number < 0:
-        raise ValueError(f"expected a non-negative integer or null, got {number}")
-    return number
 
 
 class UsageError(ValueError):

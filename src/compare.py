@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 
 from src.cli import OneLineArgumentParser, add_bootstrap_options, print_json_report
-from src.config.params import lookup
-from src.data.schema import DataError
+from src.core.errors import DataError
+from src.core.params import lookup
 from src.scoring.calibrated import compare_documents
 from src.scoring.clustered import resampling_units
 from src.scoring.metrics import score_pairs

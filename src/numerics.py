@@ -35,7 +35,7 @@ from typing import Any
 
 from numpy._core._multiarray_umath import __cpu_features__ as CPU_FEATURES  # what numpy detected on this CPU
 
-from src.config.params import PARAMS_FILE, lookup
+from src.core.params import PARAMS_FILE, lookup
 
 #: Per level, the variables the libraries read at start-up. ``baseline`` (the default): any x86-64
 #: CPU, the same bytes on Intel and AMD; ``avx2``: what the embedded llama.cpp build needs anyway

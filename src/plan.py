@@ -11,7 +11,7 @@ is loaded (a llama.cpp model's vocabulary at most) and no MLflow run is opened.
 ``--sweep sweep.yaml`` plans every configuration the pipeline's ``run@`` stages run, with the
 overrides those stages pass, from the profile's own settings: derived sets not built for the
 profile are estimated from the base sets and ``sweep.derive_limit`` (and named), and an API
-``adv_p`` generator's rewriting has lines of its own (:mod:`src.billing.profile_plan`). The budget
+``adv_p`` generator's rewriting has lines of its own (:mod:`src.planning.profile`). The budget
 (``budget.*``, as a run checks it) is shown against the total; a paid profile without
 ``sweep.max_cost_usd`` is named (its runs refuse to start). A price read more than
 ``budget.price_max_age_days`` ago is named. ``--json PATH`` writes the whole plan, the same
@@ -42,12 +42,12 @@ from src.billing.ledger import spent, usd
 from src.billing.prices import MODES, price_age_warning, today
 from src.cli import setup_logging
 from src.config.budget import price_max_age_days
-from src.config.locate import project_file
 from src.config.overrides import override_error
 from src.config.schema import RunConfig
+from src.core.locate import project_file
+from src.planning.power import power_beside_cost
 from src.runs.configure import plan_of
 from src.runs.offline import load_config, offline_system
-from src.scoring.power import power_beside_cost
 
 DVC_FILE = project_file("dvc.yaml")
 #: Overrides of the run stage that only name where a run writes (nothing the plan counts).
@@ -318,7 +318,7 @@ def plan_sweep_stages(args: argparse.Namespace, first: RunConfig) -> tuple[list[
     """The profile's rewriting plans and the prices of its generator (empty without ``--sweep``)."""
     if args.sweep is None:
         return [], {}
-    import src.billing.profile_plan as profile_plan  # loads the derive stages' prompts (and NLTK): --sweep only
+    import src.planning.profile as profile_plan  # loads the derive stages' prompts (and NLTK): --sweep only
 
     profile = profile_plan.read_profile(args.sweep)
     stages = profile_plan.rewriting_plans(args.sweep, profile, first)
@@ -335,7 +335,7 @@ def plan_all(args: argparse.Namespace, configurations: list[list[str]]) -> PlanR
     plans, first_cfg, seen, prices = [], None, set(), {}
     try:
         if args.sweep is not None:
-            import src.billing.profile_plan as profile_plan  # loads the derive stages' prompts (and NLTK): --sweep only
+            import src.planning.profile as profile_plan  # loads the derive stages' prompts (and NLTK): --sweep only
 
             profile = profile_plan.read_profile(args.sweep)
             if configurations:

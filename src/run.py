@@ -23,10 +23,10 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from src.cli import one_line
-from src.config.errors import ConfigError
 from src.config.overrides import override_error
 from src.config.schema import RunConfig
 from src.config.store import register_config
+from src.core.errors import ConfigError
 from src.redact import install_log_redaction
 from src.runs.lifecycle import Interrupted, StoreFailedMidRun, forward_sigterm, run, stop_code
 from src.tracking.store import StoreError

@@ -23,14 +23,15 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
+from src.backends.tokenizers import token_counter
 from src.billing.meter import Meter
 from src.billing.plan import plan_configuration
-from src.billing.prices import price_age_warning, token_counter
+from src.billing.prices import price_age_warning
 from src.billing.session import PaidSession
 from src.config.budget import price_max_age_days, uncapped_sweep
-from src.config.errors import ConfigError
 from src.config.schema import RunConfig
 from src.config.store import register_config
+from src.core.errors import ConfigError
 from src.data.schema import read_records
 from src.data.splits import subset_by_id
 from src.prompts import K_CHOICES, select_k
@@ -110,9 +111,9 @@ def reserve(session: PaidSession, config: RunConfig, backend, plans: list[Datase
         for k in K_CHOICES:
             system = PromptedSystem(config, backend, session.meter, dataclasses.replace(config.strategy, k=k))
             batches.append((f"{plan.task}/{VALIDATION_SPLIT} k={k}", system.requests(plan)))
-    inner = getattr(backend, "backend", backend)
-    mode = getattr(inner, "mode", "sync")
-    planned = plan_configuration(session.name, backend, batches, config.model.price, session.meter.counter, mode=mode)
+    planned = plan_configuration(
+        session.name, backend, batches, config.model.price, session.meter.counter, mode=backend.mode
+    )
     log.info(
         "%s: %d requests, %d to send, ceiling %s",
         session.name,

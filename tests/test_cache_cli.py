@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from src.backends.base import ChatRequest
 from src.backends.cache import ResponseCache, cache_key, cache_key_fields
 from src.cache import main
+from src.core.requests import ChatRequest
 
 ROOT = Path(__file__).resolve().parents[1]
 DAY = 86400.0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from src.cli import optional_int
+from src.core.values import optional_int
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from omegaconf import OmegaConf
 
-from src.config.params import lookup
+from src.core.params import lookup
 from src.prompts import strategy_from_config
 from tests.helpers.hydra_conf import CONF, DIMENSIONS, MODELS, STRATEGIES, compose_conf
 

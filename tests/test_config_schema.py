@@ -16,8 +16,8 @@ from omegaconf import OmegaConf
 
 from src.backends.options import OpenAIOptions
 from src.config import budget as budget_keys
-from src.config.errors import ConfigError
 from src.config.schema import RUN_KEYS, Dimension, Generation, Model, Paths, Provider, RunConfig, Scoring, Tracking
+from src.core.errors import ConfigError
 from src.runs.configure import endpoint
 from tests.helpers.hydra_conf import CONF, DIMENSIONS, MODELS, STRATEGIES, compose_conf
 

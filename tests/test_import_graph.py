@@ -1,4 +1,5 @@
-"""The modules under ``src/`` import each other without a cycle.
+"""The modules under ``src/`` import each other without a cycle, and its packages keep the layers
+the import-linter contracts of ``pyproject.toml`` declare.
 
 Every module is parsed with ``ast`` (nothing is imported); every ``import`` statement
 counts, wherever it is: module level, inside functions, under ``if TYPE_CHECKING:``.
@@ -10,6 +11,9 @@ is an edge to ``src.report.rq`` when that is a module, else to the package
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 from tests.helpers.paths import REPO_ROOT
@@ -106,3 +110,56 @@ def test_the_graph_sees_function_level_and_type_checking_imports():
 def test_src_has_no_import_cycle():
     cycle = find_cycle(import_graph())
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The module graph collapsed to the packages (and top-level modules) directly under ``src``."""
+
+    def package(module: str) -> str:
+        return ".".join(module.split(".")[:2])
+
+    packages: dict[str, set[str]] = {}
+    for module, targets in graph.items():
+        if module == "src":
+            continue
+        edges = packages.setdefault(package(module), set())
+        edges.update(package(t) for t in targets if t != "src" and package(t) != package(module))
+    return packages
+
+
+def test_the_packages_of_src_import_each_other_without_a_cycle():
+    """This parser's own view of the acyclic-siblings contract import-linter enforces below."""
+    assert find_cycle(package_graph({"src.a.x": {"src.b.y"}, "src.b.y": {"src.a.z"}, "src.a.z": set()})) == [
+        "src.a",
+        "src.b",
+        "src.a",
+    ]
+    cycle = find_cycle(package_graph(import_graph()))
+    assert cycle is None, "package cycle: " + " -> ".join(cycle)
+
+
+def _lint_imports(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    command = [str(Path(sys.executable).parent / "lint-imports"), "--no-cache", *args]
+    env = {**os.environ, "PYTHONPATH": str(cwd)}
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_the_layer_contracts_of_pyproject_hold():
+    done = _lint_imports(REPO_ROOT)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "0 broken" in done.stdout
+
+
+def test_a_lower_layer_importing_a_higher_one_breaks_the_contract(tmp_path: Path):
+    """The contracts bite: a package laid out as ours, whose low layer imports its high one."""
+    for name, body in {"__init__": "", "high": "", "low": "import layered.high\n"}.items():
+        (tmp_path / "layered").mkdir(exist_ok=True)
+        (tmp_path / "layered" / f"{name}.py").write_text(body, encoding="utf-8")
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.importlinter]\nroot_package = "layered"\n\n[[tool.importlinter.contracts]]\n'
+        'name = "layers"\ntype = "layers"\nlayers = ["layered.high", "layered.low"]\n',
+        encoding="utf-8",
+    )
+    done = _lint_imports(tmp_path)
+    assert done.returncode == 1, done.stdout[-2000:]
+    assert "layered.low is not allowed to import layered.high" in done.stdout

@@ -30,7 +30,7 @@ LAZY = {
 LAZY_PROJECT = {
     "src.derive.attack_constraints": "imports textattack",
     "src.runs.offline": "Hydra's composition and the prompts: `python -m src.cache` without a configuration needs none",
-    "src.billing.profile_plan": "the derive stages' prompts, whose package loads NLTK: only `src.plan --sweep`",
+    "src.planning.profile": "the derive stages' prompts, whose package loads NLTK: only `src.plan --sweep`",
 }
 
 

@@ -19,7 +19,7 @@ import yaml
 
 from src.billing.ledger import Budget, budget_problem, read_ledger, reserve, spent, usd
 from src.billing.prices import MODES, Price
-from src.config.errors import ConfigError
+from src.core.errors import ConfigError
 from src.data.schema import write_records
 from src.plan import expand, main as plan_main, sweep_configurations
 from tests.helpers.openai_server import FakeOpenAIServer
@@ -302,10 +302,10 @@ def test_a_llamacpp_model_counts_completion_prompts_with_its_own_vocabulary():
     pytest.importorskip("llama_cpp")
     from omegaconf import OmegaConf
 
-    from src.backends.base import ChatRequest
     from src.backends.llamacpp_backend import LlamaCppBackend
-    from src.billing.prices import token_counter
+    from src.backends.tokenizers import token_counter
     from src.config.schema import Model
+    from src.core.requests import ChatRequest
 
     model = OmegaConf.load(REPO_ROOT / "conf/model/smollm2_135m.yaml")
     fields = {k: v for k, v in OmegaConf.to_container(model).items() if k != "defaults"}
@@ -456,7 +456,7 @@ def test_a_fresh_clone_without_prepared_sets_is_planned_from_the_raw_corpora(tmp
     own functions into a temporary folder: the same counts as with the sets prepared, nothing
     written to ``paths.prepared``. (The build itself is the prepare stage's, tested in
     tests/data; here it returns the synthetic project's sets, read back by the plan.)"""
-    import src.billing.profile_plan as profile_plan
+    import src.planning.profile as profile_plan
     from src.data.schema import read_records
 
     monkeypatch.setenv("TEMPGEN_TODAY", "2026-12-04")

@@ -120,12 +120,25 @@ def test_start_experiment_tolerates_a_concurrent_create(store):
             self.lookups += 1
             return None if self.lookups == 1 else client.get_experiment_by_name(name)
 
-        def create_experiment(self, name, artifact_location=None):
-            return client.create_experiment(name, artifact_location=artifact_location)
+        def create_experiment(self, name, artifact_location=None, tags=None):
+            return client.create_experiment(name, artifact_location=artifact_location, tags=tags)
 
     client.create_experiment("raced")
     experiment_id = tracking._get_or_create_experiment(LateLookup(), "raced", None)
     assert experiment_id == client.get_experiment_by_name("raced").experiment_id
+
+
+def test_the_experiment_opens_on_its_runs_in_the_mlflow_ui(store):
+    """MLflow 3's UI opens an experiment without a kind on the GenAI traces overview (empty here):
+    a new experiment, and one of a store from before, say they hold model-development runs."""
+    client, _ = store
+    fresh = tracking._get_or_create_experiment(client, "kind-fresh", None)
+    older = client.create_experiment("kind-older")  # as a store written before the tag
+    assert tracking.EXPERIMENT_KIND_TAG not in client.get_experiment(older).tags
+    assert tracking._get_or_create_experiment(client, "kind-older", None) == older
+    for experiment_id in (fresh, older):
+        tags = client.get_experiment(experiment_id).tags
+        assert tags[tracking.EXPERIMENT_KIND_TAG] == "custom_model_development"
 
 
 def test_store_lock_sits_beside_a_sqlite_file_and_in_tmp_otherwise(tmp_path):

@@ -10,7 +10,8 @@ from __future__ import annotations
 import importlib
 import inspect
 
-from src.backends.base import Backend, ChatRequest, GenerationResult, ResultCallback
+from src.backends.base import Backend, GenerationResult, ResultCallback
+from src.core.requests import ChatRequest
 
 BACKENDS: dict[str, tuple[str, str, str]] = {
     # name: (module, class, pip package that provides the heavy dependency)

@@ -1,4 +1,4 @@
-"""Types shared by every generation backend: requests, results and the Backend protocol.
+"""Types shared by every generation backend: results and the Backend contract.
 
 Requests are frozen and hashable so that callers can deduplicate them and the response cache
 can key on them; results carry enough (usage, latency, error) for the run to report cost and
@@ -9,81 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from pathlib import Path
+from typing import Any
 
 from tqdm.auto import tqdm
 
-from src.backends.repeats import path_key
 from src.billing.bill import Bill
-
-ROLES = ("system", "user", "assistant")
-
-
-@dataclass(frozen=True)
-class ChatRequest:
-    """One chat completion to generate.
-
-    Attributes:
-        messages: ``((role, content), ...)``; a tuple so the request is hashable.
-        max_tokens: upper bound on generated tokens.
-        temperature: 0 means greedy / deterministic (the only cacheable setting).
-        seed: sent to providers that accept one; seeds sampling in local backends.
-        request_id: the caller's label (e.g. the instance id); not part of the cache key.
-        response_schema: canonical JSON text of a JSON schema the answer must follow (a
-            string so the request stays hashable); backends that can constrain decoding
-            (llama.cpp grammar, ``response_format: json_schema``) do, others ignore it.
-            Part of the cache key.
-        completion: True when ``messages`` is one user message to be continued as plain
-            text (no chat template): the completion-style prompt form for small models.
-            Part of the cache key.
-        stop_at_repeat: the path of the answer's final list (``$`` or ``$.key``): the answer
-            ends at the first item that repeats an earlier one of that list, closed before it
-            (:mod:`src.backends.repeats`; every backend honours it). Part of the cache key.
-    """
-
-    messages: tuple[tuple[str, str], ...]
-    max_tokens: int = 512
-    temperature: float = 0.0
-    seed: int = 0
-    request_id: str = ""
-    response_schema: str | None = None
-    completion: bool = False
-    stop_at_repeat: str | None = None
-
-    def __post_init__(self) -> None:
-        if not self.messages:
-            raise ValueError(f"ChatRequest {self.request_id!r}: messages must not be empty")
-        for position, message in enumerate(self.messages):
-            if len(message) != 2 or not all(isinstance(part, str) for part in message):
-                raise ValueError(
-                    f"ChatRequest {self.request_id!r}: message {position} must be a (role, content) "
-                    f"pair of strings, got {message!r}"
-                )
-            if message[0] not in ROLES:
-                raise ValueError(
-                    f"ChatRequest {self.request_id!r}: message {position} has role {message[0]!r}, "
-                    f"expected one of {ROLES}"
-                )
-        if self.max_tokens < 1:
-            raise ValueError(f"ChatRequest {self.request_id!r}: max_tokens must be >= 1")
-        if self.temperature < 0:
-            raise ValueError(f"ChatRequest {self.request_id!r}: temperature must be >= 0")
-        if self.completion and (len(self.messages) != 1 or self.messages[0][0] != "user"):
-            raise ValueError(f"ChatRequest {self.request_id!r}: a completion request is one user message")
-        if self.stop_at_repeat is not None:
-            try:
-                path_key(self.stop_at_repeat)
-            except ValueError as error:
-                raise ValueError(f"ChatRequest {self.request_id!r}: {error}") from None
-
-    @property
-    def deterministic(self) -> bool:
-        """True for greedy decoding, whose answer can be reused from the cache."""
-        return self.temperature == 0
-
-    def message_dicts(self) -> list[dict[str, str]]:
-        """The messages in the ``[{"role", "content"}]`` form chat APIs and templates expect."""
-        return [{"role": role, "content": content} for role, content in self.messages]
+from src.core.requests import ChatRequest
 
 
 @dataclass
@@ -186,29 +118,58 @@ def encode_within_context(
     return encoded
 
 
-@runtime_checkable
-class Backend(Protocol):
-    """A text generator: local model or remote endpoint.
+class Backend:
+    """A text generator: local model or remote endpoint, and everything a caller may ask of one.
 
     ``generate`` returns results in the order of ``requests`` and never raises for a single
     failed request (that result has ``text=None`` and ``error`` set). When ``on_result`` is
     given, it is called for each request as soon as its result exists, so the response cache
     can persist finished work before the whole call returns (resume after a crash).
+
+    The class attributes are the capabilities of a backend that has none of them (a local model):
+    a backend that has one overrides it, and a wrapper (:class:`~src.backends.cache.CachedBackend`)
+    forwards every one, so no caller looks inside a wrapper or probes for an attribute.
     """
 
     name: str
     model_id: str
+    #: how attempts go out: ``sync``, ``flex`` or ``batch`` (the Batch API)
+    mode: str = "sync"
+    #: requests in flight at most (None: the backend does not send concurrently over HTTP)
+    max_concurrency: int | None = None
+    #: the slowest generation the plan assumes, tokens per second (None: not stated)
+    min_tokens_per_s: float | None = None
+    #: the provider pin (OpenRouter ``provider`` routing), None when unpinned
+    routing: dict | None = None
+    #: the structured-output form the answers came in (``schema_format: auto``), None when none was sent
+    schema_form_used: str | None = None
+    #: where a batch-sending backend keeps the ids of its batches in flight (None: its default)
+    batch_dir: Path | None = None
+    #: how adaptive concurrency moved during the last call (:class:`~src.backends.concurrency.ConcurrencyStats`)
+    concurrency_stats: Any = None
 
     def generate(
         self, requests: Sequence[ChatRequest], progress: str | None = None, on_result: ResultCallback | None = None
-    ) -> list[GenerationResult]: ...
+    ) -> list[GenerationResult]:
+        raise NotImplementedError
 
     def cache_identity(self) -> dict:
-        """Everything besides the request that determines the answer (for the cache key)."""
-        ...
+        """Everything besides the request and the model id that determines the answer (for the
+        cache key): every real backend names its weights or endpoint; nothing by default."""
+        return {}
+
+    def attach_meter(self, meter: Any) -> None:
+        """Admit and price every attempt with ``meter`` (:class:`~src.billing.meter.Meter`): the
+        run's, which knows the price and the cap. A backend that sends nothing billable ignores it."""
+
+    @property
+    def sender(self) -> Backend:
+        """The backend that sends the requests: itself, or the one a wrapper wraps (its batch
+        state and request bodies are that backend's)."""
+        return self
 
 
-class LocalBackend:
+class LocalBackend(Backend):
     """The ``generate`` of in-process backends: load on first use, encode every request (those
     that cannot be rendered or do not fit fail alone), then let the subclass generate the rest.
 

@@ -25,7 +25,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
-from src.backends.base import ChatRequest
+from src.core.requests import ChatRequest
 from src.durable import replace_durably
 
 STATE_FORMAT = 1
@@ -56,8 +56,8 @@ def open_batches(backend: Any, requests: list[ChatRequest]) -> list[str]:
     model that hold any of ``requests``: a run's own batches, not another run's of the same model
     (another strategy's batch still bills that run's lines); [] when it sends no batches (its own,
     or the one a cache wraps)."""
-    inner = getattr(backend, "backend", backend)
-    if getattr(inner, "mode", None) != "batch" or not hasattr(inner, "batch_dir") or not requests:
+    inner = backend.sender
+    if inner.mode != "batch" or not requests:
         return []
     path = state_file(inner)
     try:

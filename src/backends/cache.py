@@ -41,7 +41,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from src.backends.base import Backend, ChatRequest, GenerationResult, OrderedResults, ResultCallback
+from src.backends.base import Backend, GenerationResult, OrderedResults, ResultCallback
 from src.backends.cache_entries import (  # noqa: F401 - the entry format, imported from here by the project
     CACHE_FORMAT,
     NOT_ANSWER_FINISH_REASONS,
@@ -54,6 +54,7 @@ from src.backends.cache_entries import (  # noqa: F401 - the entry format, impor
 )
 from src.backends.served import OFF_PIN, mismatch_counts
 from src.backends.stage_answers import StageAnswers, from_environment, portable
+from src.core.requests import ChatRequest
 from src.durable import replace_durably
 
 logger = logging.getLogger(__name__)
@@ -174,7 +175,7 @@ class ResponseCache:
         return sum(1 for _ in self.directory.glob("??/*.json")) if self.directory.exists() else 0
 
 
-class CachedBackend:
+class CachedBackend(Backend):
     """Wraps a backend: answers hits from the cache, sends only misses, stores each as it lands.
 
     Identical deterministic requests within one call are sent once. Results are stored through
@@ -193,12 +194,35 @@ class CachedBackend:
     def __repr__(self) -> str:
         return f"CachedBackend({self.backend!r}, cache={str(self.cache.directory)!r})"
 
+    # the wrapped backend's capabilities, forwarded (the contract of :class:`Backend`)
+    mode = property(lambda self: self.backend.mode)
+    max_concurrency = property(lambda self: self.backend.max_concurrency)
+    min_tokens_per_s = property(lambda self: self.backend.min_tokens_per_s)
+    routing = property(lambda self: self.backend.routing)
+    schema_form_used = property(lambda self: self.backend.schema_form_used)
+    concurrency_stats = property(lambda self: self.backend.concurrency_stats)
+    batch_dir = property(lambda self: self.backend.batch_dir)
+    sender = property(lambda self: self.backend.sender)
+
+    def attach_meter(self, meter) -> None:
+        self.backend.attach_meter(meter)
+
     def cache_identity(self) -> dict:
         return self._identity
 
     def key_fields(self, request: ChatRequest) -> dict:
         """The cache key fields of ``request`` for the wrapped backend."""
         return cache_key_fields(self.name, self.model_id, self._identity, request)
+
+    def request_key(self, request: ChatRequest) -> str | None:
+        """The cache key of ``request`` (None: not deterministic, never cached): what a plan counts
+        duplicates by, without knowing how the cache keys its entries."""
+        return cache_key(self.key_fields(request)) if request.deterministic else None
+
+    def has_answer(self, request: ChatRequest) -> bool:
+        """Whether the cache (or a stage answer) holds the answer the run would reuse for ``request``."""
+        key = self.request_key(request)
+        return key is not None and self.cache.get(key, self.key_fields(request)) is not None
 
     def generate(
         self, requests: Sequence[ChatRequest], progress: str | None = None, on_result: ResultCallback | None = None
@@ -326,6 +350,4 @@ def _finish_reason_of(entry: dict) -> str | None:
 
 
 def _identity_of(backend: Backend) -> dict:
-    identity = getattr(backend, "cache_identity", None)
-    value = identity() if callable(identity) else {}
-    return json.loads(canonical_json(value))  # fail early on options that are not JSON
+    return json.loads(canonical_json(backend.cache_identity()))  # fail early on options that are not JSON

@@ -13,7 +13,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from src.backends.base import ChatRequest
+from src.core.requests import ChatRequest
 
 CACHE_FORMAT = 1
 NOT_ANSWER_FINISH_REASONS = frozenset({"error", "content_filter"})

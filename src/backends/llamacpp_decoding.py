@@ -16,11 +16,11 @@ from typing import Any
 
 import numpy as np
 
-from src.backends.base import ChatRequest
 from src.backends.forced import SchemaCursor, object_keys
 from src.backends.gguf_files import JsonValueEnd, import_llama_cpp
 from src.backends.llamacpp_grammar import GrammarSampling
 from src.backends.repeats import RepeatedItem
+from src.core.requests import ChatRequest
 
 
 class DecodingLoop(GrammarSampling):

@@ -13,10 +13,11 @@ from collections import deque
 
 import openai
 
-from src.backends.base import ChatRequest, GenerationResult
+from src.backends.base import GenerationResult
 from src.backends.concurrency import AdaptiveLimit
 from src.backends.openai_reply import NeverHeals, NotAnAnswer, Reply, RetryableError
 from src.billing.bill import Bill
+from src.core.requests import ChatRequest
 
 logger = logging.getLogger(__name__)
 

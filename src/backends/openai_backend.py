@@ -58,7 +58,7 @@ import httpx
 import openai
 from tqdm.auto import tqdm
 
-from src.backends.base import ChatRequest, GenerationResult, OrderedResults, ResultCallback
+from src.backends.base import Backend, GenerationResult, OrderedResults, ResultCallback
 from src.backends.concurrency import (
     NEUTRAL,
     OVERLOAD,
@@ -91,6 +91,7 @@ from src.backends.retry import RetryPolicy
 from src.backends.routing import checked_routing
 from src.billing.bill import Bill, BilledReply
 from src.billing.meter import Admission, Meter
+from src.core.requests import ChatRequest
 from src.redact import redact_uris
 
 __all__ = ["KeyHostMismatchError", "MissingAPIKeyError", "NEVER_HEALS_RETRIES", "OpenAIBackend", "SCHEMA_FORMATS"]
@@ -101,14 +102,14 @@ CONNECTIONS_PER_CLIENT = 8
 RESEND = object()  # an attempt to send again at once, not counted (a refused schema form under auto)
 
 
-class OpenAIBackend:
+class OpenAIBackend(Backend):
     """Chat completions over HTTP with bounded concurrency and retries.
 
     ``OpenAIBackend(model_id, options, **overrides)``: ``model_id`` is the provider's model name
     (e.g. ``qwen/qwen3-235b-a22b-2507``); ``options`` an :class:`~src.backends.options.OpenAIOptions`
     (every option, documented there, with its default), ``overrides`` replace single options
     (``timeout_s=5``). What the options mean for a request: the module docstring; a bad value is
-    a :class:`~src.config.errors.ConfigError` naming ``model.options.<key>``.
+    a :class:`~src.core.errors.ConfigError` naming ``model.options.<key>``.
     """
 
     name = "openai"
@@ -168,6 +169,9 @@ class OpenAIBackend:
         if self.routing:  # likewise: only pinned runs carry it
             identity["routing"] = self.routing
         return identity
+
+    def attach_meter(self, meter: Meter) -> None:
+        self.meter = meter
 
     @property
     def schema_form_used(self) -> str | None:

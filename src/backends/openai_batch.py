@@ -30,12 +30,13 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from src.backends.base import ChatRequest, GenerationResult, OrderedResults, ResultCallback
+from src.backends.base import GenerationResult, OrderedResults, ResultCallback
 from src.backends.batch_apis import TERMINAL, BatchAPIError, BatchNotFound, BatchView, batch_api
 from src.backends.batch_state import BatchState, custom_ids, state_file
 from src.backends.openai_reply import RetryableError, error_text, reply_of
 from src.billing.bill import Bill, BilledReply
 from src.billing.meter import Admission
+from src.core.requests import ChatRequest
 
 logger = logging.getLogger(__name__)
 

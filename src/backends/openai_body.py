@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from src.backends.base import ChatRequest
+from src.core.requests import ChatRequest
 
 SCHEMA_FORMATS = ("auto", "strict", "json_schema", "json_object", "none")
 FORMS = ("json_schema", "json_object", "none")  # what a request can carry, strictest first

@@ -8,7 +8,6 @@ from collections.abc import Callable
 
 import openai
 
-from src.backends.base import ChatRequest
 from src.backends.concurrency import OVERLOAD_STATUS
 from src.backends.openai_reply import (
     FAILED_FINISH_REASONS,
@@ -21,6 +20,7 @@ from src.backends.openai_reply import (
 from src.backends.repeats import cut_at_repeat
 from src.backends.retry import is_auth_status, is_retryable_status, parse_retry_after
 from src.backends.served import OFF_PIN, is_mismatch, off_pin_reason
+from src.core.requests import ChatRequest
 from src.redact import redact_uris
 
 

@@ -16,8 +16,8 @@ from src.backends.batch_apis import DIALECTS
 from src.backends.openai_body import SCHEMA_FORMATS
 from src.backends.routing import checked_routing
 from src.backends.served import ON_MISMATCH
-from src.config import values
-from src.config.errors import ConfigError
+from src.core import values
+from src.core.errors import ConfigError
 
 MODES = ("sync", "batch", "flex")
 WHERE = "model.options"

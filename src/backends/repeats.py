@@ -18,22 +18,9 @@ answer would have held after it.
 from __future__ import annotations
 
 import json
-import re
 
 from src.backends.gguf_files import JsonValueEnd
-
-ROOT = "$"
-_KEY_PATH = re.compile(r"^\$\.(?P<key>[A-Za-z_][A-Za-z0-9_]*)$")
-
-
-def path_key(path: str) -> str | None:
-    """The object key a path names (None for the top-level array); ValueError if malformed."""
-    if path == ROOT:
-        return None
-    match = _KEY_PATH.match(path)
-    if match is None:
-        raise ValueError(f"stop_at_repeat: {path!r} is not a list path ('$' or '$.<key>')")
-    return match["key"]
+from src.core.requests import path_key
 
 
 class RepeatedItem(JsonValueEnd):

@@ -34,7 +34,7 @@ import os
 from pathlib import Path
 
 from src.backends.cache_entries import cache_key, canonical_json, entry_problem
-from src.config.errors import ConfigError
+from src.core.errors import ConfigError
 from src.durable import replace_durably
 
 logger = logging.getLogger(__name__)

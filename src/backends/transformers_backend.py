@@ -23,7 +23,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from src.backends.base import ChatRequest, GenerationResult, LocalBackend, OrderedResults
+from src.backends.base import GenerationResult, LocalBackend, OrderedResults
 from src.backends.gguf_files import (  # noqa: F401  (re-exported: older imports use this module)
     EMBEDDED_GGUF_PACKAGES,
     JsonValueEnd,
@@ -33,6 +33,7 @@ from src.backends.gguf_files import (  # noqa: F401  (re-exported: older imports
 )
 from src.backends.gguf_quantize import RequantizedGGUF
 from src.backends.repeats import RepeatedItem, cut_at_repeat
+from src.core.requests import ChatRequest
 
 logger = logging.getLogger(__name__)
 

@@ -19,10 +19,10 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
-from src.backends.base import ChatRequest
 from src.billing.bill import Bill
 from src.billing.lease import carried_folder, journal_lines
 from src.billing.meter import request_digest
+from src.core.requests import ChatRequest
 
 
 def _bill_of_line(line: dict) -> Bill:

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from src.billing.lease import HEARTBEAT_S, batch_holds, carry_journal, identity, now_stamp, release_stale
-from src.config.errors import ConfigError
+from src.core.errors import ConfigError
 from src.durable import replace_durably
 
 LEDGER_FORMAT = 2

@@ -27,11 +27,11 @@ import logging
 import threading
 from dataclasses import dataclass
 
-from src.backends.base import ChatRequest
 from src.billing.bill import Bill, BilledReply
 from src.billing.ledger import Reservation, usd
 from src.billing.prices import Price, TokenCounter, billed_mode, cap_mode
 from src.billing.reported import undercuts
+from src.core.requests import ChatRequest
 
 logger = logging.getLogger(__name__)
 

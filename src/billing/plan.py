@@ -18,9 +18,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from src.backends.base import ChatRequest
-from src.backends.cache import cache_key
 from src.billing.prices import ESTIMATE, MIXED, MODES, TOKENIZER, Price, TokenCounter, cap_mode
+from src.core.requests import ChatRequest
 
 #: Hours the Batch API may take (OpenAI's only completion window).
 BATCH_WINDOW_H = 24.0
@@ -54,13 +53,13 @@ def plan_configuration(
         row = {"requests": len(requests), "duplicates": 0, "cached": 0, "to_send": 0, "prompt_tokens": 0}
         row.update(prompt_token_bound=0, output_token_ceiling=0)
         for request in requests:
-            key = cache_key(backend.key_fields(request)) if request.deterministic else None
+            key = backend.request_key(request)
             if key is not None:
                 if key in seen:
                     row["duplicates"] += 1
                     continue
                 seen.add(key)
-                if backend.cache.get(key, backend.key_fields(request)) is not None:
+                if backend.has_answer(request):
                     row["cached"] += 1
                     continue
             tokens, is_exact = counter.count(request)

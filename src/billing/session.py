@@ -8,7 +8,7 @@ tuning) goes through the same steps, so the cap and the bill hold for each the s
 2. **the reservation**: the plan's ceiling reserved in the budget's ledger
    (:func:`src.billing.ledger.reserve`) before the first request; a plan past a cap, or a paid
    sweep profile without ``sweep.max_cost_usd``, is one ``budget: ...`` line
-   (:class:`~src.config.errors.ConfigError`) and nothing is sent;
+   (:class:`~src.core.errors.ConfigError`) and nothing is sent;
 3. **the admission**: the session's :class:`~src.billing.meter.Meter` is the backend's, so every
    attempt (retries included) is admitted within the reservation and priced when it lands;
 4. **the settle**: whatever happens (finished, failed, Ctrl-C, SIGTERM) the reservation becomes
@@ -41,7 +41,7 @@ from src.billing.bill import BILL_FIELDS, Bill
 from src.billing.earlier import EarlierAttempts
 from src.billing.ledger import Budget, Reservation, journals_folder, reserve, usd
 from src.billing.meter import Meter
-from src.config.errors import ConfigError
+from src.core.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -116,9 +116,7 @@ class PaidSession:
     def attach(self, backend: Any) -> None:
         """Make the session's meter the one ``backend`` (or the backend a cache wraps) admits and
         prices every attempt with."""
-        inner = getattr(backend, "backend", backend)
-        if hasattr(inner, "meter"):
-            inner.meter = self.meter
+        backend.attach_meter(self.meter)
 
     # ----- the end ---------------------------------------------------------------------------------
 

@@ -1,3 +1,3 @@
-"""Configuration read once, at the edge: where ``conf/`` is (:mod:`~src.config.locate`), the typed
+"""Configuration read once, at the edge: where ``conf/`` is (:mod:`~src.core.locate`), the typed
 configuration entry points build from Hydra's composition, its checks and errors, and the
-``params.yaml`` resolvers Hydra's files use (:mod:`~src.config.params`)."""
+``params.yaml`` resolvers Hydra's files use (:mod:`~src.core.params`)."""

@@ -21,7 +21,7 @@ from hydra.types import RunMode
 
 from src.billing.ledger import Budget
 from src.billing.prices import DEFAULT_PRICE_MAX_AGE_DAYS
-from src.config.errors import ConfigError
+from src.core.errors import ConfigError
 
 #: Keys DVC writes into a stage command as ``None`` when the sweep's value is null.
 DVC_NULLABLE = ("max_cost_usd", "max_requests", "ledger")

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from src.config.locate import conf_dir
+from src.core.locate import conf_dir
 
 #: Config groups whose choice is a file ``conf/<group>/<name>.yaml``.
 CHOICE_GROUPS = ("model", "strategy", "dimension", "condition", "provider")

@@ -3,7 +3,7 @@
 ``conf/`` holds every value and default a researcher sets (``conf/config.yaml`` and its groups;
 the OpenAI backend's option defaults live with :class:`~src.backends.options.OpenAIOptions`).
 The entry point composes it with Hydra and hands the result to :meth:`RunConfig.from_hydra`,
-which checks every value (one line naming the key, :class:`~src.config.errors.ConfigError`,
+which checks every value (one line naming the key, :class:`~src.core.errors.ConfigError`,
 exit code 2 before any request) and returns these frozen dataclasses; nothing below the entry
 point reads Hydra's composition. The dataclasses carry no defaults of their own (``conf/`` is where
 each lives), a key they do not know is a typo reported as one, and ``tests/test_config_schema.py``
@@ -21,9 +21,9 @@ from omegaconf import OmegaConf
 from src import study
 from src.billing.ledger import Budget
 from src.billing.prices import Price, price_from_block
-from src.config import values
 from src.config.budget import budget_from_mapping
-from src.config.errors import ConfigError
+from src.core import values
+from src.core.errors import ConfigError
 from src.prompts import PromptOptions, Strategy, strategy_from_config
 from src.prompts.answer_schema import ANSWER_FORMATS, PROMPT_FORMS
 from src.scoring.variants import VARIANTS

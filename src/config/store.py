@@ -1,7 +1,7 @@
 """What Hydra needs before it composes ``conf/``: the resolvers and the code-defined config groups.
 
 ``register_config()`` makes ``${params:...}`` and ``${study:...}`` resolvable
-(:mod:`src.config.params`) and registers the groups whose defaults live in code, so that each
+(:mod:`src.core.params`) and registers the groups whose defaults live in code, so that each
 default has one home: ``backend_options/openai`` (:class:`~src.backends.options.OpenAIOptions`),
 which every API model file merges under its ``options``. Every place that composes (the entry
 points, :mod:`src.runs.offline`, the tests) calls it first; it is idempotent.
@@ -12,7 +12,7 @@ from __future__ import annotations
 from hydra.core.config_store import ConfigStore
 
 from src.backends import options
-from src.config.params import register_resolver
+from src.core.params import register_resolver
 
 
 def register_config() -> None:

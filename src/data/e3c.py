@@ -22,7 +22,8 @@ import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from src.data.schema import DataError, Document, Span, check_spans, corpus_files
+from src.core.errors import DataError
+from src.data.schema import Document, Span, check_spans, corpus_files
 from src.data.timeml import parse_xml_file
 
 CAS_NS = "http:///uima/cas.ecore"

@@ -27,7 +27,8 @@ import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from src.data.schema import DataError, Document, Span, check_spans, corpus_files
+from src.core.errors import DataError
+from src.data.schema import Document, Span, check_spans, corpus_files
 from src.data.timeml import check_declared_encoding, declared_encoding
 
 logger = logging.getLogger(__name__)

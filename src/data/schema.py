@@ -16,22 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from src.core.errors import DataError
 from src.study import LABELS
 
 RECORD_KEYS = ("id", "doc_id", "text", "spans", "source")
 SPAN_KEYS = ("start", "end", "text", "label")
 WORD_CHARACTER = re.compile(r"\w")
 MAX_INTEGER_DIGITS = 100  # far beyond any offset or count; Python refuses 4,300+ digits anyway
-
-
-class DataError(ValueError):
-    """A corpus or dataset file that cannot be read; the message names the file (and line)."""
-
-    def __init__(self, path: str | Path, message: str, line: int | None = None):
-        where = f"{path}:{line}" if line is not None else str(path)
-        super().__init__(f"{where}: {message}")
-        self.path = str(path)
-        self.line = line
 
 
 @dataclass(frozen=True, order=True)

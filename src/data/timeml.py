@@ -32,7 +32,8 @@ import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from src.data.schema import DataError, Document, Span, check_spans, corpus_files
+from src.core.errors import DataError
+from src.data.schema import Document, Span, check_spans, corpus_files
 
 SPAN_LABELS = {"TIMEX3": "TIMEX", "EVENT": "EVENT"}
 LINK_TAGS = frozenset({"MAKEINSTANCE", "TLINK", "SLINK", "ALINK"})

@@ -47,7 +47,8 @@ from typing import Any
 
 import numpy as np
 
-from src.cli import optional_int, setup_logging
+from src.cli import setup_logging
+from src.core.values import optional_int
 from src.data.schema import Record
 from src.data.text import words
 from src.derive import attack_env

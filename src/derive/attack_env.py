@@ -12,8 +12,8 @@ from pathlib import Path
 
 import nltk
 
-from src.config.locate import PROJECT_ROOT
-from src.config.params import lookup
+from src.core.locate import PROJECT_ROOT
+from src.core.params import lookup
 
 REPO_ROOT = PROJECT_ROOT
 

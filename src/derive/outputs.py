@@ -14,8 +14,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from src.cli import optional_int
-from src.data.schema import DataError, Record, read_records, write_records
+from src.core.errors import DataError
+from src.core.values import optional_int
+from src.data.schema import Record, read_records, write_records
 from src.data.splits import subset_by_id
 from src.derive.examples import write_report
 from src.derive.settings import add_settings_arguments

@@ -25,7 +25,6 @@ from typing import Any
 import yaml
 
 from src.backends import options as backend_options
-from src.backends.base import ChatRequest
 from src.backends.endpoint import API_BACKENDS
 from src.billing.ledger import Budget
 from src.billing.meter import Meter
@@ -33,8 +32,9 @@ from src.billing.plan import plan_configuration
 from src.billing.prices import Price, TokenCounter, price_age_warning, price_from_block
 from src.billing.session import PaidSession
 from src.config.budget import budget_from_mapping, price_max_age_days, uncapped_sweep
-from src.config.errors import ConfigError
-from src.config.locate import conf_dir
+from src.core.errors import ConfigError
+from src.core.locate import conf_dir
+from src.core.requests import ChatRequest
 from src.data.schema import Record
 from src.derive.rewrite_prompts import instance_kinds, rewrite_request
 
@@ -84,16 +84,15 @@ def rewrite_plan(
 ) -> dict[str, Any]:
     """The plan of the rewrite requests through the cached ``backend``
     (:func:`src.billing.plan.plan_configuration`): cache hits are not sent, the cost is a ceiling."""
-    inner = getattr(backend, "backend", backend)
     return plan_configuration(
         name,
         backend,
         [(label, list(requests))],
         price,
         TokenCounter(),
-        mode=getattr(inner, "mode", "sync"),
-        concurrency=getattr(inner, "max_concurrency", None),
-        min_tokens_per_s=getattr(inner, "min_tokens_per_s", None),
+        mode=backend.mode,
+        concurrency=backend.max_concurrency,
+        min_tokens_per_s=backend.min_tokens_per_s,
     )
 
 

@@ -12,7 +12,7 @@ import random
 from collections.abc import Sequence
 from typing import Any
 
-from src.backends.base import ChatRequest
+from src.core.requests import ChatRequest
 from src.data.schema import Record
 from src.data.text import words
 from src.derive.alignment import AlignmentError

@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from src.config.params import PARAMS_FILE
+from src.core.params import PARAMS_FILE
 
 SWEEP_FILE = PARAMS_FILE.parent / "sweep.yaml"
 #: The top-level params keys a stage reads besides its own ``derive.<stage>`` block.

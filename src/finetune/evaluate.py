@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from src import study
-from src.cli import MAX_RESAMPLES, OneLineArgumentParser, bounded_int, optional_int, seed_type, setup_logging
-from src.config.locate import project_relative
-from src.config.params import lookup
+from src.cli import MAX_RESAMPLES, OneLineArgumentParser, bounded_int, seed_type, setup_logging
+from src.core.locate import project_relative
+from src.core.params import lookup
+from src.core.values import optional_int
 from src.data.schema import read_records
 from src.data.splits import subset_by_id
 from src.finetune.mlflow_logging import find_training_run, weights_digest

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from src.config.locate import project_relative
+from src.core.locate import project_relative
 from src.finetune.train_config import TrainConfig
 from src.numerics import settings as numerics_settings
 from src.rounding import rounded

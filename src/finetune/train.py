@@ -43,8 +43,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from src.cli import optional_int, setup_logging
-from src.config.params import PARAMS_FILE
+from src.cli import setup_logging
+from src.core.params import PARAMS_FILE
+from src.core.values import optional_int
 from src.data.schema import Record, read_records
 from src.finetune.bio import span_label_for_task, tag_set
 from src.finetune.calibration import calibrate_outside_bias

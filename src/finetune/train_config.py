@@ -25,7 +25,7 @@ from typing import Any
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from src.config.params import PARAMS_FILE
+from src.core.params import PARAMS_FILE
 
 REPORT_CHOICES = ("mlflow", "none")
 

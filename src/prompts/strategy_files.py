@@ -13,7 +13,7 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
-from src.config.locate import conf_dir
+from src.core.locate import conf_dir
 from src.study import REASONING_PARTS, STRATEGY_ORDER
 
 from .strategies import get_strategy

@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from src.config import values
-from src.config.locate import config_default
+from src.core import values
+from src.core.locate import config_default
 from src.report import comparisons, rq
 from src.rounding import rounded
 from src.runs.verdict import WATCHED

@@ -3,7 +3,7 @@
 Everything here reads a :class:`~src.config.schema.RunConfig` (checked once by the entry point);
 what can only be checked against the files on disk (a dataset, exemplars, a provider's model
 ids, a backend that cannot be built) fails here, still before any request or MLflow run, as one
-:class:`~src.config.errors.ConfigError` line.
+:class:`~src.core.errors.ConfigError` line.
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from src.backends import create_backend
 from src.backends.cache import CachedBackend, ResponseCache
 from src.backends.endpoint import API_BACKENDS, EndpointError, resolve_endpoint
 from src.backends.options import OpenAIOptions
+from src.backends.tokenizers import token_counter
 from src.billing.meter import Meter
 from src.billing.plan import plan_configuration
-from src.billing.prices import token_counter
-from src.config.errors import ConfigError
 from src.config.schema import RunConfig
+from src.core.errors import ConfigError
 from src.data.schema import Record, read_records
 from src.data.splits import subset_by_id
 from src.data.text import words
@@ -95,8 +95,7 @@ def build_backend(config: RunConfig):
 
     model_id, options = endpoint(config)
     backend = create_backend(config.model.backend, model_id=model_id, **options)
-    if hasattr(backend, "batch_dir"):
-        backend.batch_dir = config.paths.cache.parent / "batches"
+    backend.batch_dir = config.paths.cache.parent / "batches"  # used by a backend that sends batches
     return CachedBackend(backend, ResponseCache(config.paths.cache))
 
 
@@ -175,7 +174,6 @@ def plan_of(
     """The configuration's plan (:func:`src.billing.plan.plan_configuration`) from the run's own
     requests; ``seen``: the request keys of the configurations planned before it in the same sweep."""
     batches = [(f"{plan.task}/{plan.dataset}", system.requests(plan)) for plan in plans]
-    inner = getattr(system.backend, "backend", system.backend)
     return plan_configuration(
         config.run_name,
         system.backend,
@@ -183,7 +181,7 @@ def plan_of(
         config.model.price,
         system.meter.counter,
         seen,
-        mode=getattr(inner, "mode", "sync"),
-        concurrency=getattr(inner, "max_concurrency", None),
-        min_tokens_per_s=getattr(inner, "min_tokens_per_s", None),
+        mode=system.backend.mode,
+        concurrency=system.backend.max_concurrency,
+        min_tokens_per_s=system.backend.min_tokens_per_s,
     )

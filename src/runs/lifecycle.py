@@ -25,12 +25,12 @@ from src.billing.earlier import EarlierAttempts
 from src.billing.ledger import journals_folder, spent, usd
 from src.billing.prices import price_age_warning
 from src.billing.session import PaidSession
-from src.billing.usage import spend_line
 from src.config.budget import price_max_age_days, uncapped_sweep
-from src.config.errors import ConfigError
 from src.config.schema import RunConfig
+from src.core.errors import ConfigError
 from src.runs.configure import configured_system, plan_of, planned_datasets, run_record
 from src.runs.prompted import PromptedSystem
+from src.runs.usage import spend_line
 from src.runs.verdict import run_verdict
 from src.scoring.system import DatasetPlan, ScoringOptions
 from src.tracking.evaluation import evaluate_configuration, report_failures, run_usage, write_summary

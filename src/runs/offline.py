@@ -17,9 +17,9 @@ from hydra.errors import HydraException
 
 from src.backends.cache import cache_key
 from src.backends.endpoint import API_BACKENDS
-from src.config.locate import conf_dir
 from src.config.schema import RunConfig
 from src.config.store import register_config
+from src.core.locate import conf_dir
 from src.runs.configure import configured_system, endpoint, planned_datasets
 from src.runs.prompted import PromptedSystem
 from src.scoring.system import DatasetPlan
@@ -44,7 +44,7 @@ def offline_system(config: RunConfig) -> tuple[PromptedSystem, list[DatasetPlan]
     """(system, dataset plans) of a configuration, built without its API key or a request.
 
     Raises:
-        ValueError: the configuration cannot run (a :class:`~src.config.errors.ConfigError`).
+        ValueError: the configuration cannot run (a :class:`~src.core.errors.ConfigError`).
     """
     files = planned_datasets(config)
     options = endpoint(config)[1]  # the key variable follows provider=

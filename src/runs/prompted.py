@@ -2,7 +2,7 @@
 
 It builds each record's request (the strategy's prompt parts, the generation budget), generates
 every dataset in one cached backend call, counts what was sent and spent
-(:mod:`src.billing.usage`), logs per dataset what the answers were (:mod:`src.runs.answers`)
+(:mod:`src.runs.usage`), logs per dataset what the answers were (:mod:`src.runs.answers`)
 and parses them. A refusal is the model's answer: no spans, not a parse failure, counted as
 ``refusal_rate``.
 """
@@ -14,16 +14,17 @@ from pathlib import Path
 from typing import Any
 
 from src import study
-from src.backends.base import ChatRequest, GenerationResult
+from src.backends.base import GenerationResult
 from src.backends.cache import cache_key
 from src.billing.earlier import EarlierAttempts
 from src.billing.meter import Meter
-from src.billing.usage import dataset_usage, local_bill
 from src.config.schema import Generation, RunConfig
+from src.core.requests import ChatRequest
 from src.data.schema import Record, read_records
 from src.prompts import PromptOptions, Strategy, build_request_parts, select_exemplars
 from src.prompts.parsing import parse_answer
 from src.runs.answers import log_answer_record
+from src.runs.usage import dataset_usage, local_bill
 from src.scoring.evaluate import InstanceOutput
 from src.scoring.system import DatasetPlan, SystemOutput
 
@@ -74,9 +75,7 @@ class PromptedSystem:
         self.options: PromptOptions = config.prompt
         self.price = config.model.price  # for answers whose provider reports no cost
         self.meter = meter
-        inner = getattr(backend, "backend", backend)  # the HTTP backend inside CachedBackend
-        if hasattr(inner, "meter"):
-            inner.meter = self.meter
+        backend.attach_meter(self.meter)
         self._exemplars: dict[str, list[Record]] = {}
         self._prepared: dict[tuple[str, str], list] = {}
         self._counted: set[str] = set()  # cache keys already in a dataset's usage: identical prompts count once
@@ -130,10 +129,9 @@ class PromptedSystem:
         (``schema_format: auto``) and how its adaptive concurrency moved (inside the MLflow run)."""
         import mlflow
 
-        inner = getattr(self.backend, "backend", self.backend)
-        if getattr(inner, "schema_form_used", None) is not None:
-            mlflow.log_param("schema_form_used", inner.schema_form_used)
-        stats = getattr(inner, "concurrency_stats", None)
+        if self.backend.schema_form_used is not None:
+            mlflow.log_param("schema_form_used", self.backend.schema_form_used)
+        stats = self.backend.concurrency_stats
         if stats is not None:
             mlflow.log_metrics({k: float(v) for k, v in stats.as_dict().items()})
 
@@ -151,7 +149,7 @@ class PromptedSystem:
         self.meter.add_local(bill, int(result.attempts or 1))
 
     def usage(self, results: list[GenerationResult]) -> dict[str, float]:
-        """A dataset's usage (:func:`src.billing.usage.dataset_usage`), the earlier processes'
+        """A dataset's usage (:func:`src.runs.usage.dataset_usage`), the earlier processes'
         attempts of a resumed run counted at their bill."""
         return dataset_usage(
             results,
@@ -170,8 +168,9 @@ class PromptedSystem:
             )
         usage = self.usage(results)
         failures = {r.request.request_id: (r.error or "no answer") for r in results if r.text is None}
-        routing = getattr(getattr(self.backend, "backend", self.backend), "routing", None)
-        rates = log_answer_record(plan.task, plan.dataset, results, self.backend.model_id, self._served_models, routing)
+        rates = log_answer_record(
+            plan.task, plan.dataset, results, self.backend.model_id, self._served_models, self.backend.routing
+        )
         self.answer_rates[f"{plan.task}/{plan.dataset}"] = rates
         if failures:
             return SystemOutput(None, failures, usage)

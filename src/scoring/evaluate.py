@@ -18,7 +18,6 @@ from src.scoring.metrics import ScoreResult, score_pairs
 from src.scoring.stats import bootstrap_f1, percentile_interval, resample_counts
 from src.scoring.variants import score_variant
 from src.study import PRIMARY_METRIC, PRIMARY_SCORER
-from src.tracking.store import log_json_artifact, log_jsonl_artifact
 
 
 @dataclass
@@ -176,13 +175,3 @@ def score_variants(pairs, variants: Sequence[str], lowercase: bool) -> tuple[dic
         metrics[variant] = {"precision": float(precision), "recall": float(recall), "f1": float(f1)}
         stats[variant] = scored.stats.tolist()
     return metrics, stats
-
-
-def log_evaluation(evaluation: DatasetEvaluation, secrets: tuple[str, ...] = ()) -> None:
-    """Log metrics and the ``predictions/`` and ``bootstrap/`` artifacts to the active MLflow run."""
-    import mlflow
-
-    mlflow.log_metrics(evaluation.metrics())
-    where = f"{evaluation.task}/{evaluation.dataset}"
-    log_jsonl_artifact(evaluation.rows, f"predictions/{where}.jsonl", secrets)
-    log_json_artifact(evaluation.bootstrap_artifact(), f"bootstrap/{where}.json", secrets)

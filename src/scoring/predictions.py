@@ -13,7 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from src.data.schema import DataError, Record, iter_jsonl, read_numbered_records, short_repr
+from src.core.errors import DataError
+from src.data.schema import Record, iter_jsonl, read_numbered_records, short_repr
 from src.scoring.metrics import PredictedSpan, as_predicted_span
 from src.study import LABELS
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from src.config.locate import PROJECT_ROOT
+from src.core.locate import PROJECT_ROOT
 
 ROOT = PROJECT_ROOT
 #: Packages whose members are chosen at run time by name (a registry): a stage that imports

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from src.data.digest import file_digest
-from src.scoring.evaluate import DatasetEvaluation, evaluate_dataset, log_evaluation
+from src.scoring.evaluate import DatasetEvaluation, evaluate_dataset
 from src.scoring.system import DatasetPlan, ScoringOptions, System
 from src.study import RUN_KINDS
 from src.tracking import store as tracking
@@ -229,7 +229,7 @@ def evaluate_configuration(
 
 
 def usage_report(outcomes: Sequence[DatasetOutcome]) -> dict[str, dict[str, float]]:
-    """``usage.json``: each dataset's usage (a prompted system's: :mod:`src.billing.usage`) and a
+    """``usage.json``: each dataset's usage (a prompted system's: :mod:`src.runs.usage`) and a
     ``total`` summing every numeric field over them (the cost split by source included)."""
     report: dict[str, dict[str, float]] = {o.key: dict(o.usage) for o in outcomes}
     total: dict[str, float] = {}
@@ -371,3 +371,13 @@ def report_failures(outcome: RunOutcome) -> list[str]:
             causes = "; ".join(f"{cause}: {', '.join(ids)}" for cause, ids in by_cause.items())
             lines.append(f"{o.key}: {len(o.failures)} request(s) failed, dataset not scored ({causes})")
     return lines
+
+
+def log_evaluation(evaluation: DatasetEvaluation, secrets: tuple[str, ...] = ()) -> None:
+    """Log metrics and the ``predictions/`` and ``bootstrap/`` artifacts to the active MLflow run."""
+    import mlflow
+
+    mlflow.log_metrics(evaluation.metrics())
+    where = f"{evaluation.task}/{evaluation.dataset}"
+    tracking.log_jsonl_artifact(evaluation.rows, f"predictions/{where}.jsonl", secrets)
+    tracking.log_json_artifact(evaluation.bootstrap_artifact(), f"bootstrap/{where}.json", secrets)

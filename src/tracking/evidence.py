@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from src.config.locate import PROJECT_ROOT
+from src.core.locate import PROJECT_ROOT
 from src.tracking.keys import KEY_TAG
 from src.tracking.run_tree import PROFILE_TAG, parent_tags
 from src.tracking.store import default_experiment, start_experiment, tracking_uri

@@ -25,7 +25,7 @@ from functools import lru_cache
 from pathlib import Path, PureWindowsPath
 from typing import Any
 
-from src.config.locate import PROJECT_ROOT
+from src.core.locate import PROJECT_ROOT
 from src.tracking.code_closure import code_deps
 
 KEY_TAG = "tempgen.key"

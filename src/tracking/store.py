@@ -29,7 +29,7 @@ from urllib.parse import unquote, urlsplit
 
 from filelock import FileLock
 
-from src.config.locate import PROJECT_ROOT, config_default
+from src.core.locate import PROJECT_ROOT, config_default
 from src.redact import (
     REDACTED as REDACTED,  # re-exported: callers and tests name it here
     SECRET_KEY_PATTERN,
@@ -127,15 +127,23 @@ def start_experiment(name: str, uri: str | None = None) -> str:
     return experiment_id
 
 
+#: The experiment kind MLflow's UI opens an experiment on: its runs table, not the GenAI traces.
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND = "custom_model_development"
+
+
 def _get_or_create_experiment(client: Any, name: str, location: str | None) -> str:
-    """The experiment's id, tolerating a creation by another process (or host) in between."""
+    """The experiment's id, tolerating a creation by another process (or host) in between; the
+    experiment says it holds runs (:data:`EXPERIMENT_KIND`), so ``mlflow ui`` lands on them."""
     from mlflow.exceptions import MlflowException
 
     experiment = client.get_experiment_by_name(name)
     if experiment is not None:
+        if EXPERIMENT_KIND_TAG not in experiment.tags:  # a store from before: say it once
+            client.set_experiment_tag(experiment.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
         return experiment.experiment_id
     try:
-        return client.create_experiment(name, artifact_location=location)
+        return client.create_experiment(name, artifact_location=location, tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND})
     except MlflowException as exc:
         if exc.error_code != "RESOURCE_ALREADY_EXISTS":
             raise

@@ -1,10 +1,21 @@
-"""The generate scaffolding every local backend shares (src/backends/base.py)."""
+"""The generate scaffolding every local backend shares and the contract every backend keeps
+(src/backends/base.py)."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
-from src.backends.base import ChatRequest, GenerationResult, LocalBackend, OrderedResults
+from src.backends.base import Backend, GenerationResult, LocalBackend, OrderedResults
+from src.backends.batch_state import open_batches
+from src.backends.cache import CachedBackend, ResponseCache
+from src.backends.openai_backend import OpenAIBackend
+from src.billing.meter import Meter
+from src.billing.plan import plan_configuration
+from src.billing.prices import TokenCounter
+from src.core.requests import ChatRequest
+from tests.helpers.paths import REPO_ROOT
 
 
 class WordBackend(LocalBackend):
@@ -78,3 +89,59 @@ def test_ordered_results_fire_the_callback_on_finish():
     results.finish(0, GenerationResult(request("y"), "early"))
     assert calls == [(1, "late"), (0, "early")]
     assert [r.text for r in results.as_list()] == ["early", "late"]
+
+
+class EchoBackend(Backend):
+    """A backend that declares only what it must: its name, model and ``generate``."""
+
+    name = "echo"
+    model_id = "echo-1"
+
+    def generate(self, requests, progress=None, on_result=None):
+        results = OrderedResults(len(requests), on_result)
+        for index, request in enumerate(requests):
+            results.finish(index, GenerationResult(request, request.messages[-1][1].upper()))
+        return results.as_list()
+
+
+def test_a_backend_that_declares_only_generate_serves_every_caller_through_the_cache(tmp_path):
+    """The contract's defaults: the cache forwards every capability, and the plan, the batch state
+    and the meter work with a backend that has none of them (docs/extending.md: one module)."""
+    echo = EchoBackend()
+    cached = CachedBackend(echo, ResponseCache(tmp_path / "cache"))
+    assert (cached.mode, cached.max_concurrency, cached.min_tokens_per_s, cached.routing) == ("sync", None, None, None)
+    assert cached.schema_form_used is None and cached.concurrency_stats is None and cached.sender is echo
+    cached.attach_meter(Meter())  # nothing billable: ignored
+    request = ChatRequest((("user", "the gain"),), request_id="r1")
+    assert open_batches(cached, [request]) == []
+    plan = plan_configuration("echo", cached, [("t/base", [request, request])], None, TokenCounter())
+    assert (plan["requests"], plan["duplicates"], plan["to_send"]) == (2, 1, 1)
+    assert [r.text for r in cached.generate([request])] == ["THE GAIN"]
+    again = plan_configuration("echo", cached, [("t/base", [request])], None, TokenCounter())
+    assert (again["cached"], again["to_send"]) == (1, 0)
+
+
+def test_the_cache_forwards_the_capabilities_of_the_backend_it_wraps(tmp_path):
+    http = OpenAIBackend("m", base_url="http://127.0.0.1:9/v1", mode="batch", max_concurrency=3, api_key_env=None)
+    cached = CachedBackend(http, ResponseCache(tmp_path / "cache"))
+    assert (cached.mode, cached.max_concurrency, cached.sender) == ("batch", 3, http)
+    meter = Meter()
+    cached.attach_meter(meter)
+    assert http.meter is meter
+
+
+def test_no_caller_reaches_inside_a_backend_or_probes_it_for_a_capability():
+    """Every capability is part of :class:`Backend`: no ``getattr(x, "backend", x)`` through the
+    cache, no ``hasattr``/``getattr`` probe of one (they were copied across five modules)."""
+    capabilities = (
+        "backend|mode|max_concurrency|min_tokens_per_s|meter|routing|schema_form_used|concurrency_stats|batch_dir"
+    )
+    probe = re.compile(rf"""(getattr|hasattr)\([^,()]+,\s*["']({capabilities})["']""")
+    found = [
+        f"{path.relative_to(REPO_ROOT)}:{number}: {line.strip()}"
+        for path in sorted((REPO_ROOT / "src").rglob("*.py"))
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if probe.search(line)
+    ]
+    assert not found, "\n".join(found)
+    assert probe.search('inner = getattr(backend, "backend", backend)')

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from src.backends.base import ChatRequest
 from src.backends.batch_state import BatchState, custom_ids, open_batches, state_file
 from src.backends.openai_backend import OpenAIBackend
+from src.core.requests import ChatRequest
 
 
 def _requests(strategy: str, n: int = 3) -> list[ChatRequest]:

@@ -13,14 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from src.backends.base import ChatRequest, GenerationResult
+from src.backends.base import Backend, GenerationResult
 from src.backends.cache import CachedBackend, ResponseCache, cache_key, cache_key_fields, entry_checksum
 from src.backends.openai_backend import OpenAIBackend
+from src.core.requests import ChatRequest
 from tests.helpers.openai_server import FakeOpenAIServer
 from tests.helpers.paths import REPO_ROOT
 
 
-class CountingBackend:
+class CountingBackend(Backend):
     """A deterministic in-memory backend that records what it was asked."""
 
     name = "counting"
@@ -231,7 +232,7 @@ def test_interrupted_http_run_resumes_with_only_missing_requests(tmp_path, monke
     with FakeOpenAIServer(latency_s=0.15) as server:
         script = f"""
 import sys
-from src.backends.base import ChatRequest
+from src.core.requests import ChatRequest
 from src.backends.cache import CachedBackend, ResponseCache
 from src.backends.openai_backend import OpenAIBackend
 backend = OpenAIBackend(model_id="m", base_url="{server.base_url}", max_concurrency=2, api_key_env=None)

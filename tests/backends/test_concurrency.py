@@ -7,9 +7,9 @@ import asyncio
 
 import pytest
 
-from src.backends.base import ChatRequest
 from src.backends.concurrency import GROW_AFTER, NEUTRAL, OVERLOAD, SUCCESS, AdaptiveLimit, attempt_timeout
 from src.backends.openai_backend import OpenAIBackend
+from src.core.requests import ChatRequest
 from tests.helpers.openai_server import OpenAIServer
 
 N = 12

@@ -80,8 +80,8 @@ def test_an_unknown_type_is_one_clear_error(shipped, tmp_path):
 
 def test_the_cache_identity_names_the_requantized_weights(tmp_path):
     from src.backends import create_backend
-    from src.backends.base import ChatRequest
     from src.backends.cache import CachedBackend, ResponseCache
+    from src.core.requests import ChatRequest
 
     shipped = create_backend("llamacpp", model_id="smollm2-135m-gguf")
     requantized = create_backend(

@@ -9,9 +9,9 @@ import sys
 import pytest
 
 from src.backends import create_backend
-from src.backends.base import ChatRequest
 from src.backends.cache import CachedBackend, ResponseCache, cache_key, cache_key_fields
 from src.backends.gguf_files import JsonValueEnd, complete_json_end, cut_after_json
+from src.core.requests import ChatRequest
 from src.prompts import build_messages, get_strategy
 from src.prompts.parsing import parse_answer
 from tests.helpers.llamacpp_requests import ARRAY_SCHEMA, TEXTS, strategy_requests

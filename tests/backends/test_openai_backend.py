@@ -9,13 +9,13 @@ import time
 
 import pytest
 
-from src.backends.base import ChatRequest
 from src.backends.cache import CachedBackend, ResponseCache
 from src.backends.openai_backend import (
     KeyHostMismatchError,
     MissingAPIKeyError,
     OpenAIBackend,
 )
+from src.core.requests import ChatRequest
 from tests.helpers.openai_server import FakeOpenAIServer, OpenAIServer
 
 KEY_ENV = "TEMPGEN_TEST_API_KEY"
@@ -440,8 +440,8 @@ def test_rejects_bad_options(make_backend):
 def test_a_request_schema_is_sent_as_response_format_in_the_servers_dialect():
     import json as _json
 
-    from src.backends.base import ChatRequest as _Request
     from src.backends.openai_backend import OpenAIBackend as _Backend
+    from src.core.requests import ChatRequest as _Request
 
     schema = _json.dumps({"type": "array", "items": {"type": "string"}})
     with FakeOpenAIServer(answer=lambda body: '["Friday"]') as server:

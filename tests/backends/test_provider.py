@@ -13,8 +13,8 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
 from src.backends.endpoint import EndpointError, resolve_endpoint
-from src.config.errors import ConfigError
 from src.config.schema import RunConfig
+from src.core.errors import ConfigError
 from src.runs.configure import endpoint
 
 CONF = Path(__file__).resolve().parents[2] / "conf"

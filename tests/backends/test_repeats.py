@@ -8,9 +8,9 @@ import random
 
 import pytest
 
-from src.backends.base import ChatRequest
 from src.backends.cache import cache_key, cache_key_fields
-from src.backends.repeats import RepeatedItem, cut_at_repeat, path_key
+from src.backends.repeats import RepeatedItem, cut_at_repeat
+from src.core.requests import ChatRequest, path_key
 from src.prompts.answer_schema import answer_shape, final_span_list
 from src.prompts.parsing import parse_answer
 from src.study import TASK_ORDER

@@ -117,8 +117,8 @@ def test_a_reply_without_usage_is_billed_with_an_empty_usage_to_estimate():
     ],
 )
 def test_a_reply_form_that_is_no_answer_is_retried_once_then_named_and_its_attempts_billed(kind, error):
-    from src.backends.base import ChatRequest
     from src.backends.openai_backend import OpenAIBackend
+    from src.core.requests import ChatRequest
     from tests.helpers.openai_server import OpenAIServer, quoted_words_answer
 
     with OpenAIServer(answer=quoted_words_answer) as server:
@@ -131,8 +131,8 @@ def test_a_reply_form_that_is_no_answer_is_retried_once_then_named_and_its_attem
 
 
 def test_answers_read_from_a_tool_call_or_an_event_stream_say_where_they_came_from():
-    from src.backends.base import ChatRequest
     from src.backends.openai_backend import OpenAIBackend
+    from src.core.requests import ChatRequest
     from tests.helpers.openai_server import OpenAIServer, quoted_words_answer
 
     with OpenAIServer(answer=quoted_words_answer) as server:

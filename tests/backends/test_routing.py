@@ -8,10 +8,10 @@ import json
 import pytest
 import yaml
 
-from src.backends.base import ChatRequest
 from src.backends.endpoint import resolve_endpoint
 from src.backends.openai_backend import OpenAIBackend
 from src.backends.routing import checked_routing, provider_mismatch
+from src.core.requests import ChatRequest
 from src.runs.configure import endpoint
 from src.runs.offline import load_config
 from tests.helpers.openai_server import OpenAIServer, quoted_words_answer

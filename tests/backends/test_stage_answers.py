@@ -19,11 +19,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from src.backends.base import ChatRequest, GenerationResult
+from src.backends.base import Backend, GenerationResult
 from src.backends.cache import CachedBackend, ResponseCache, cache_key, cache_key_fields
 from src.backends.openai_backend import OpenAIBackend
 from src.backends.stage_answers import ANSWERS_ENV, StageAnswers
-from src.config.errors import ConfigError
+from src.core.errors import ConfigError
+from src.core.requests import ChatRequest
 from src.tracking.code_closure import code_deps
 from tests.helpers.openai_server import FakeOpenAIServer
 from tests.helpers.paths import REPO_ROOT
@@ -98,7 +99,7 @@ def test_an_answer_that_does_not_match_its_checksum_is_not_used(tmp_path, caplog
         assert not any("forged" in p.read_text() for p in pulled.iterdir())
 
 
-class LocalEngine:
+class LocalEngine(Backend):
     """A local engine's answers: usage with its machine-dependent prefix reuse."""
 
     name = "local"
@@ -195,7 +196,7 @@ def test_a_damaged_answer_file_is_skipped_with_one_line(tmp_path, caplog, edit):
 
 GENERATE = """
 import sys
-from src.backends.base import ChatRequest
+from src.core.requests import ChatRequest
 from src.backends.cache import CachedBackend, ResponseCache
 from src.backends.openai_backend import OpenAIBackend
 

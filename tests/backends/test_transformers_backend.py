@@ -9,7 +9,6 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before anything imports huggingf
 
 import pytest  # noqa: E402
 
-from src.backends.base import ChatRequest  # noqa: E402
 from src.backends.cache import CachedBackend, ResponseCache, cache_key  # noqa: E402
 from src.backends.transformers_backend import (  # noqa: E402
     MIN_SHARED_PREFIX_TOKENS,
@@ -17,6 +16,7 @@ from src.backends.transformers_backend import (  # noqa: E402
     _shared_prefix_length,
     resolve_model_location,
 )
+from src.core.requests import ChatRequest
 
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 

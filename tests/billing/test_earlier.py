@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from src.backends.base import ChatRequest
 from src.billing.bill import BilledReply
 from src.billing.earlier import EarlierAttempts
 from src.billing.ledger import Budget, journals_folder, reserve
 from src.billing.meter import Meter
 from src.billing.prices import Price, TokenCounter
+from src.core.requests import ChatRequest
 
 REQUEST = ChatRequest(messages=(("user", "It rained on Friday ."),), max_tokens=16)
 

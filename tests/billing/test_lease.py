@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PAUSED_CHILD = """
 import sys, time
 from pathlib import Path
-from src.backends.base import ChatRequest
+from src.core.requests import ChatRequest
 from src.billing.bill import BilledReply
 from src.billing.ledger import Budget, reserve
 from src.billing.meter import Meter

@@ -17,7 +17,7 @@ import pytest
 
 from src.billing.lease import boot_id, stale_reason
 from src.billing.ledger import Budget, read_ledger, reserve, spent
-from src.config.errors import ConfigError
+from src.core.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 

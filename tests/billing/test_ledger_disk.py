@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from src.backends.base import ChatRequest
 from src.backends.openai_backend import OpenAIBackend
 from src.billing.ledger import Budget, LedgerUnwritable, read_ledger, reserve
 from src.billing.meter import Meter
 from src.billing.prices import Price, TokenCounter
+from src.core.requests import ChatRequest
 from tests.helpers.openai_server import OpenAIServer, quoted_words_answer
 
 PRICE = Price(0.5, 2.0)

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from src.backends.base import ChatRequest
 from src.billing.bill import BilledReply
 from src.billing.ledger import Budget, reserve
 from src.billing.meter import Meter
 from src.billing.prices import Price, TokenCounter
+from src.core.requests import ChatRequest
 
 PRICE = Price(1.0, 2.0, modes={"batch": (0.5, 1.0)})  # USD per million tokens
 REQUEST = ChatRequest(messages=(("user", "x" * 400),), max_tokens=100)  # estimate 100 prompt tokens, bound 408

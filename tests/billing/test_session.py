@@ -17,7 +17,7 @@ from src.billing.meter import Meter
 from src.billing.prices import Price
 from src.billing.session import PaidSession, paid_sweep_problem
 from src.config.budget import uncapped_sweep
-from src.config.errors import ConfigError
+from src.core.errors import ConfigError
 from tests.helpers.paths import REPO_ROOT
 from tests.helpers.signals import ctrl_c_as_in_a_terminal
 
@@ -25,7 +25,7 @@ from tests.helpers.signals import ctrl_c_as_in_a_terminal
 SCRIPT = """
 import sys, time
 from pathlib import Path
-from src.backends.base import ChatRequest
+from src.core.requests import ChatRequest
 from src.billing.bill import BilledReply
 from src.billing.ledger import Budget
 from src.billing.meter import Meter
@@ -70,7 +70,7 @@ def test_a_stopped_session_settles_what_it_spent_once(tmp_path: Path, signum: in
 
 
 def test_settle_is_once_and_usage_counts_billed_retries_not_cached_answers(tmp_path: Path):
-    from src.backends.base import ChatRequest
+    from src.core.requests import ChatRequest
 
     budget = Budget(1.0, None, "pilot", tmp_path / "spend.json", 600.0)
     session = PaidSession("one", Meter(Price(1.0, 2.0)), budget)

@@ -6,8 +6,9 @@ from collections import Counter
 
 import pytest
 
+from src.core.errors import DataError
 from src.data.e3c import read_e3c, read_e3c_dir
-from src.data.schema import DataError, check_spans
+from src.data.schema import check_spans
 from tests.helpers.paths import FIXTURES, RAW, requires_raw
 
 

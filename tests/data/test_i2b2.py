@@ -6,8 +6,9 @@ import shutil
 
 import pytest
 
+from src.core.errors import DataError
 from src.data.i2b2 import escape_bare_ampersands, read_i2b2, read_i2b2_dir
-from src.data.schema import DataError, check_spans
+from src.data.schema import check_spans
 from tests.helpers.paths import FIXTURES
 
 

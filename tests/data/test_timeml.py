@@ -8,7 +8,8 @@ from collections import Counter
 
 import pytest
 
-from src.data.schema import DataError, check_spans
+from src.core.errors import DataError
+from src.data.schema import check_spans
 from src.data.timeml import read_timeml, read_timeml_dir
 from tests.helpers.paths import FIXTURES, RAW, requires_raw
 

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from src.backends.base import ChatRequest, GenerationResult
+from src.backends.base import Backend, GenerationResult
 from src.billing.ledger import read_ledger
+from src.core.requests import ChatRequest
 from src.data.schema import Record, Span, check_spans, read_records, write_records
 from src.derive import adv_p
 from src.derive.adv_p import RewriteSettings, rewrite_records
@@ -57,7 +58,7 @@ def kind_of(request: ChatRequest) -> str:
     return request.request_id.rsplit(":", 1)[1]
 
 
-class ScriptedBackend:
+class ScriptedBackend(Backend):
     """Answers by (sentence, edit kind) from a script; records every request it gets."""
 
     name = "scripted"

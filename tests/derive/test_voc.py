@@ -182,7 +182,7 @@ def test_cli_limit_picks_the_seeded_subset_by_id(tmp_path):
 def test_limit_option_reads_null_as_no_limit():
     import pytest
 
-    from src.cli import optional_int
+    from src.core.values import optional_int
 
     assert optional_int("null") is None and optional_int("None") is None and optional_int("") is None
     assert optional_int("7") == 7

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import yaml
 
-from src.config.params import PARAMS_FILE, load_params
+from src.core.params import PARAMS_FILE, load_params
 from src.data.schema import write_records
 from src.finetune.align import EncodedSentence
 from src.finetune.hf_trainer import make_compute_metrics

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from src.backends.base import ChatRequest
+from src.core.requests import ChatRequest
 from src.prompts import build_messages, get_strategy
 from tests.helpers.records import make_record
 

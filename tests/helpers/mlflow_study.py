@@ -1,6 +1,6 @@
 """A real MLflow SQLite store of a small study, written with the project's own logging code.
 
-Runs are created with ``src.scoring.evaluate.evaluate_dataset`` + ``log_evaluation`` so the
+Runs are created with ``src.scoring.evaluate.evaluate_dataset`` + ``src.tracking.evaluation.log_evaluation`` so the
 artifact formats stay in sync with what ``src.run`` logs, and summary files shaped like the
 pipeline's (``key``, ``model``, ``strategy``, ``complete``, ``metrics``) name them. The
 report tests share one per session: the ``store`` fixture of ``tests/report/conftest.py``.
@@ -15,7 +15,8 @@ from typing import NamedTuple
 import mlflow
 
 from src.data.schema import Record
-from src.scoring.evaluate import InstanceOutput, evaluate_dataset, log_evaluation
+from src.scoring.evaluate import InstanceOutput, evaluate_dataset
+from src.tracking.evaluation import log_evaluation
 from src.tracking.history import write_history
 from src.tracking.keys import KEY_TAG
 from tests.helpers.records import make_record

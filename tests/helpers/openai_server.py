@@ -255,7 +255,10 @@ class OpenAIServer:
         self.billed_cost_shown = 0.0
         self.refused_formats: Counter[str] = Counter()  # response_format type -> refusals sent
         self.busy_refusals = 0  # 429s sent because every slot was taken
-        self.cut_short = 0  # requests whose body never fully arrived (the client died while sending)
+        # requests whose body never fully arrived (the client died while sending), and connections
+        # the client reset before a request line could be read: the kernel drops what a reset
+        # connection had queued, so a request sent whole may be among them
+        self.cut_short = 0
         self.most_served = 0  # highest number of requests served at once (slots taken)
         self._serving = 0
         self._slots = threading.BoundedSemaphore(slots) if slots else None
@@ -491,6 +494,14 @@ def _handler_for(server: OpenAIServer) -> type[BaseHTTPRequestHandler]:
 
         def log_message(self, format: str, *args) -> None:  # keep test output quiet
             pass
+
+        def handle_one_request(self) -> None:
+            try:
+                super().handle_one_request()
+            except ConnectionResetError:  # reset while its request line was read: maybe a request lost
+                with server._lock:
+                    server.cut_short += 1
+                self.close_connection = True
 
         def do_GET(self) -> None:  # noqa: N802 (http.server naming)
             if self.path.rstrip("/").endswith("/_stats"):  # counters, for a server in another process

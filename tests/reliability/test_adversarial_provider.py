@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from src.backends.base import ChatRequest
 from src.backends.cache import CachedBackend, ResponseCache
 from src.backends.openai_backend import OpenAIBackend
 from src.backends.served import OFF_PIN, off_pin_reason
 from src.billing.ledger import Budget, read_ledger, reserve
 from src.billing.meter import Meter
 from src.billing.prices import Price, TokenCounter
+from src.core.requests import ChatRequest
 from tests.helpers.openai_server import OpenAIServer, last_user_message, quoted_words_answer
 
 PRICE_IN, PRICE_OUT = 0.5e-6, 2e-6  # USD per token, the server's and the model file's

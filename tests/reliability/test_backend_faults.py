@@ -13,9 +13,9 @@ import logging
 
 import pytest
 
-from src.backends.base import ChatRequest
 from src.backends.cache import CachedBackend, ResponseCache
 from src.backends.openai_backend import NEVER_HEALS_RETRIES, OpenAIBackend
+from src.core.requests import ChatRequest
 from tests.helpers.openai_server import (
     LEGACY_KINDS,
     OTHER_MODEL,

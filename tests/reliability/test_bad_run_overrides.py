@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from src.config.errors import ConfigError
-from src.config.locate import conf_dir
 from src.config.overrides import unknown_choice_error
 from src.config.schema import RunConfig
+from src.core.errors import ConfigError
+from src.core.locate import conf_dir
 from src.data.schema import write_records
 from src.runs.lifecycle import run as run_typed
 from src.tracking.store import StoreError

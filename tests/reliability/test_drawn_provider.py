@@ -33,12 +33,12 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from src.backends.base import ChatRequest
 from src.backends.cache import CachedBackend, ResponseCache
 from src.backends.openai_backend import OpenAIBackend
 from src.billing.ledger import Budget, read_ledger, reserve
 from src.billing.meter import Meter
 from src.billing.prices import Price, TokenCounter
+from src.core.requests import ChatRequest
 from tests.helpers.batch_server import BatchServer
 from tests.helpers.openai_server import OpenAIServer, last_user_message, quoted_words_answer
 

@@ -12,8 +12,11 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
+import struct
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 import mlflow
@@ -223,3 +226,17 @@ def test_a_resumed_runs_usage_counts_what_the_interrupted_process_was_billed(tmp
     assert not list((workspace / "spend-journals" / "carried").rglob("*.jsonl"))  # counted: dropped
     again = _final_usage(workspace)
     assert (again["cost"], again["sent"], again["cached"]) == (0.0, 0, len(WORDS))
+
+
+def test_a_connection_the_client_resets_counts_as_maybe_sent():
+    """The bound ``sent_before`` above: a client stopped right after writing a request may reset its
+    connection before the server reads it (the reset drops what was queued), so the server counts
+    such a connection among the requests that may have been sent (CI once saw 6 billed, 5 counted)."""
+    with SignallingServer() as server:
+        host, port = server.base_url.split("//")[1].split("/")[0].split(":")
+        with socket.create_connection((host, int(port))) as client:
+            client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        deadline = time.monotonic() + 5
+        while server.cut_short == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert server.cut_short == 1

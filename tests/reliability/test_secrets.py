@@ -216,8 +216,8 @@ def test_report_first_line_run_links_and_errors_show_no_credential():
 
 
 def test_run_errors_about_a_uri_show_no_credential(tmp_path):
-    from src.config.errors import ConfigError
-    from src.config.values import http_url as check_http_url
+    from src.core.errors import ConfigError
+    from src.core.values import http_url as check_http_url
     from src.tracking.health import StoreUnusable, check_store
 
     with pytest.raises(ConfigError) as info:

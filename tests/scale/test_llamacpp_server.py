@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from src.backends.base import ChatRequest
+from src.core.requests import ChatRequest
 from tests.helpers.llamacpp_server import llama_server
 
 pytestmark = pytest.mark.slow

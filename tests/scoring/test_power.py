@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from src.planning.power import instances_needed, power_beside_cost, power_rows
 from src.scoring.calibrated import permutation_p
 from src.scoring.clustered import resampling_units
-from src.scoring.power import instances_needed, power_beside_cost, power_rows
 from src.tracking.evidence import write_evidence
 
 K = 4  # gold = predicted spans per sentence: F1 is the mean match share

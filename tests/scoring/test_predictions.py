@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from src.data.schema import DataError
+from src.core.errors import DataError
 from src.scoring.metrics import PredictedSpan
 from src.scoring.predictions import load_pairs, pair_predictions, read_gold, read_predictions
 

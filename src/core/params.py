@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 from omegaconf import OmegaConf
 
-from src.config.locate import project_file
+from src.core.locate import project_file
 from src.study import dimension_datasets
 
 PARAMS_FILE = project_file("params.yaml")

@@ -28,8 +28,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from src.config.locate import PROJECT_ROOT, project_relative
-from src.config.params import lookup
+from src.core.locate import PROJECT_ROOT, project_relative
+from src.core.params import lookup
 from src.scoring.calibrated import minimum_documents
 from src.scoring.clustered import cluster_index, cluster_sums
 from src.scoring.stats import all_pairs_bootstrap, resample_counts

@@ -17,11 +17,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from src.backends.base import ChatRequest, GenerationResult
+from src.backends.base import GenerationResult
 from src.billing.bill import BILL_FIELDS, Bill
 from src.billing.ledger import usd
 from src.billing.prices import Price
 from src.billing.reported import undercuts
+from src.core.requests import ChatRequest
 
 USAGE_FIELDS = (
     "requests",

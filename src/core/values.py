@@ -11,9 +11,34 @@ import math
 from typing import Any
 from urllib.parse import urlsplit
 
-from src.cli import MAX_SEED, optional_int
-from src.config.errors import ConfigError
+from src.core.errors import ConfigError
 from src.redact import redact_uris
+
+MAX_SEED = 2**32 - 1
+
+
+def optional_int(value: Any) -> int | None:
+    """An integer, or None for ``None``/``null``/``none``/empty (argparse type and config values).
+
+    DVC renders a YAML null in a stage command as the word ``None``, and Hydra reads that
+    word as a string, so every ``--limit``-like option goes through here.
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise ValueError(f"expected an integer or null, got {value!r}")
+    if isinstance(value, int):
+        value = str(value)
+    text = str(value).strip()
+    if text.lower() in ("", "null", "none"):
+        return None
+    try:
+        number = int(text)
+    except ValueError:
+        raise ValueError(f"expected an integer or null, got {value!r}") from None
+    if number < 0:
+        raise ValueError(f"expected a non-negative integer or null, got {number}")
+    return number
 
 
 def count(value: Any, key: str, positive: bool = False) -> int | None:
