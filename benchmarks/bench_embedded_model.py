@@ -35,8 +35,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run as a script from anywhere
 
 from src.backends import create_backend  # noqa: E402
+from src.core.digest import file_digest  # noqa: E402
 from src.core.requests import ChatRequest  # noqa: E402
-from src.data.digest import file_digest  # noqa: E402
 from src.data.schema import read_records  # noqa: E402
 from src.data.splits import subset_by_id  # noqa: E402
 from src.prompts import build_messages, get_strategy, gold_answer, select_exemplars  # noqa: E402

@@ -24,8 +24,8 @@ import hydra
 from omegaconf import DictConfig
 
 from src.backends.tokenizers import token_counter
+from src.billing.forecast import forecast_configuration
 from src.billing.meter import Meter
-from src.billing.plan import plan_configuration
 from src.billing.prices import price_age_warning
 from src.billing.session import PaidSession
 from src.config.budget import price_max_age_days, uncapped_sweep
@@ -111,7 +111,7 @@ def reserve(session: PaidSession, config: RunConfig, backend, plans: list[Datase
         for k in K_CHOICES:
             system = PromptedSystem(config, backend, session.meter, dataclasses.replace(config.strategy, k=k))
             batches.append((f"{plan.task}/{VALIDATION_SPLIT} k={k}", system.requests(plan)))
-    planned = plan_configuration(
+    planned = forecast_configuration(
         session.name, backend, batches, config.model.price, session.meter.counter, mode=backend.mode
     )
     log.info(

@@ -1,8 +1,7 @@
 """Types shared by every generation backend: results and the Backend contract.
 
-Requests are frozen and hashable so that callers can deduplicate them and the response cache
-can key on them; results carry enough (usage, latency, error) for the run to report cost and
-failures without knowing which backend produced them.
+Results carry enough (usage, latency, error) for the run to report cost and failures without
+knowing which backend produced them (the requests they answer are :mod:`src.core.requests`).
 """
 
 from __future__ import annotations

@@ -23,17 +23,19 @@ error line) and is named; a line without one is named, never keyed "None".
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
+import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 import openai
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
 from src.backends.json_lines import read_json_lines
 from src.backends.retry import is_auth_status, is_retryable_status, parse_retry_after
+from src.core.digest import digest
 
 API_RETRIES = 6  # retries of one Batch API call (upload, create, download) on a transient fault
 #: Retries of one poll: a poll is safe to repeat and a burst of 429s while the batch runs at the
@@ -91,6 +93,7 @@ class BatchAPI:
     def __init__(self, backend: Any, client: openai.AsyncOpenAI) -> None:
         self.backend = backend
         self.client = client
+        self.rng = random.Random(backend.seed)  # the retry jitter, seeded as the backend's
         self.duplicates: list[str] = []  # custom_ids that came back more than once
         self.unnamed = 0  # result lines without a custom_id
         self.unreadable = 0  # result lines that are not UTF-8 or not JSON (src/backends/json_lines.py)
@@ -110,28 +113,29 @@ class BatchAPI:
         """One call with retries on transient faults, each after the server's ``Retry-After`` where it
         sent one (else the backoff); a rejected key or another 4xx raises at once. ``existing``: asked
         before each retry; what it finds (the batch a failed create made) is the result."""
-        for attempt in range(retries + 1):
-            wait = None
-            try:
-                if attempt and existing is not None and (found := await existing()) is not None:
-                    return found
-                return await make()
-            except openai.APIStatusError as exc:
-                if is_auth_status(exc.status_code):
-                    raise BatchAPIError(self.backend._auth_message(exc.status_code)) from None
-                if not is_retryable_status(exc.status_code) or attempt == retries:
-                    hint = " (does this endpoint offer the Batch API? docs/cost.md)" if exc.status_code == 404 else ""
-                    kind = BatchNotFound if exc.status_code == 404 else BatchAPIError
-                    raise kind(
-                        self.backend._redact(f"Batch API: HTTP {exc.status_code}: {exc.message}{hint}")
-                    ) from None
-                wait = parse_retry_after(exc.response.headers.get("retry-after"))
-            except (openai.APIConnectionError, TimeoutError) as exc:
-                if attempt == retries:
-                    raise BatchAPIError(self.backend._redact(f"Batch API: {type(exc).__name__}: {exc}")) from None
-            retry = self.backend.retry
-            backoff = min(retry.backoff_max_s, retry.backoff_base_s * 2**attempt)
-            await asyncio.sleep(backoff if wait is None else min(wait, retry.retry_after_max_s))
+        policy = self.backend.retry
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(retries + 1),
+            wait=policy.wait(self.rng, _retry_after),
+            retry=retry_if_exception(_transient),
+            sleep=asyncio.sleep,
+            reraise=True,
+        )
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    if attempt.retry_state.attempt_number > 1 and existing is not None:
+                        if (found := await existing()) is not None:
+                            return found
+                    return await make()
+        except openai.APIStatusError as exc:
+            if is_auth_status(exc.status_code):
+                raise BatchAPIError(self.backend._auth_message(exc.status_code)) from None
+            hint = " (does this endpoint offer the Batch API? docs/cost.md)" if exc.status_code == 404 else ""
+            kind = BatchNotFound if exc.status_code == 404 else BatchAPIError
+            raise kind(self.backend._redact(f"Batch API: HTTP {exc.status_code}: {exc.message}{hint}")) from None
+        except (openai.APIConnectionError, TimeoutError) as exc:
+            raise BatchAPIError(self.backend._redact(f"Batch API: {type(exc).__name__}: {exc}")) from None
         raise AssertionError("unreachable")
 
     async def get_json(self, path: str, retries: int = API_RETRIES, **query: Any) -> Any:
@@ -179,9 +183,23 @@ def _answered(item: dict) -> bool:
     return ((item.get("response") or {}).get("status_code")) == 200
 
 
+def _transient(exc: BaseException) -> bool:
+    """A fault worth another try: a transport failure, a timeout or a retryable status."""
+    if isinstance(exc, openai.APIStatusError):
+        return is_retryable_status(exc.status_code)
+    return isinstance(exc, openai.APIConnectionError | TimeoutError)
+
+
+def _retry_after(retry_state: RetryCallState) -> float | None:
+    exc = retry_state.outcome.exception() if retry_state.outcome else None
+    return (
+        parse_retry_after(exc.response.headers.get("retry-after")) if isinstance(exc, openai.APIStatusError) else None
+    )
+
+
 def lines_tag(lines: list[dict]) -> str:
     """The digest of a batch's request lines: its ``metadata.tempgen_key``."""
-    return hashlib.sha256(json.dumps(lines, sort_keys=True).encode("utf-8")).hexdigest()[:32]
+    return digest(json.dumps(lines, sort_keys=True), 32)
 
 
 class FileBatches(BatchAPI):
@@ -189,7 +207,7 @@ class FileBatches(BatchAPI):
 
     async def submit(self, lines: list[dict], endpoint: str, entry: dict, record: Callable[[dict], None]) -> str:
         data = ("\n".join(json.dumps(line) for line in lines) + "\n").encode("utf-8")
-        name = f"tempgen-{hashlib.sha256(data).hexdigest()[:16]}.jsonl"
+        name = f"tempgen-{digest(data, 16)}.jsonl"
         files = self.client.files
         uploaded = await self.call(lambda: files.create(file=(name, data, "application/jsonl"), purpose="batch"))
         entry["input_file_id"] = uploaded.id

@@ -14,10 +14,7 @@ billing them again.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import fcntl
-import hashlib
 import json
 import time
 from collections import Counter
@@ -25,6 +22,9 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
+from filelock import AsyncFileLock, FileLock
+
+from src.core.digest import digest
 from src.core.requests import ChatRequest
 from src.durable import replace_durably
 
@@ -38,16 +38,16 @@ def custom_ids(backend: Any, requests: list[ChatRequest]) -> list[str]:
     ids = []
     for request in requests:
         path, body = backend.body(request)
-        digest = hashlib.sha256(json.dumps([path, body], sort_keys=True).encode("utf-8")).hexdigest()[:40]
-        seen[digest] += 1
-        ids.append(digest if seen[digest] == 1 else f"{digest}-{seen[digest]}")
+        line = digest(json.dumps([path, body], sort_keys=True), 40)
+        seen[line] += 1
+        ids.append(line if seen[line] == 1 else f"{line}-{seen[line]}")
     return ids
 
 
 def state_file(backend: Any) -> Path:
     """Where the batches of this endpoint and model are recorded."""
     folder = backend.batch_dir or Path(".cache/batches")
-    key = hashlib.sha256(f"{backend.base_url}|{backend.model_id}".encode()).hexdigest()[:16]
+    key = digest(f"{backend.base_url}|{backend.model_id}", 16)
     return folder / f"{key}.json"
 
 
@@ -77,50 +77,35 @@ class BatchState:
     @contextlib.contextmanager
     def _locked(self) -> Iterator[dict]:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path.with_name(self.path.name + ".lock"), "a") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
+        with FileLock(self.path.with_name(self.path.name + ".lock"), preserve_lock_file=True):
             try:
-                try:
-                    data = json.loads(self.path.read_text(encoding="utf-8"))
-                except FileNotFoundError:
-                    data = {"format": STATE_FORMAT, "batches": []}
-                yield data
-                replace_durably(self.path, json.dumps(data, indent=1))
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+                data = json.loads(self.path.read_text(encoding="utf-8"))
+            except FileNotFoundError:
+                data = {"format": STATE_FORMAT, "batches": []}
+            yield data
+            replace_durably(self.path, json.dumps(data, indent=1))
 
     @contextlib.contextmanager
     def claim(self) -> Iterator[None]:
         """Held while a process decides which requests to submit and submits them, so two processes
         of one endpoint and model never submit the same request."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path.with_name(self.path.name + ".claim"), "a") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+        with FileLock(self.path.with_name(self.path.name + ".claim"), preserve_lock_file=True):
+            yield
 
     def _beside(self, key: str, suffix: str) -> Path:
-        digest = hashlib.sha256(key.encode("utf-8")).hexdigest()[:16]
-        return self.path.with_name(f"{self.path.stem}.{digest}{suffix}")
+        return self.path.with_name(f"{self.path.stem}.{digest(key, 16)}{suffix}")
 
     @contextlib.asynccontextmanager
     async def collecting(self, key: str, poll_s: float = 0.2) -> AsyncIterator[None]:
         """Hold batch ``key``'s collect lock (waiting, without blocking the event loop, while
         another process holds it)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self._beside(key, ".collect"), "a") as handle:
-            while True:
-                try:
-                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    await asyncio.sleep(poll_s)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+        lock = AsyncFileLock(
+            self._beside(key, ".collect"), poll_interval=poll_s, run_in_executor=False, preserve_lock_file=True
+        )
+        async with lock:
+            yield
 
     def entry(self, key: str) -> dict | None:
         """The recorded entry ``key`` as it stands now."""

@@ -221,8 +221,10 @@ class CachedBackend(Backend):
 
     def has_answer(self, request: ChatRequest) -> bool:
         """Whether the cache (or a stage answer) holds the answer the run would reuse for ``request``."""
-        key = self.request_key(request)
-        return key is not None and self.cache.get(key, self.key_fields(request)) is not None
+        if not request.deterministic:
+            return False
+        fields = self.key_fields(request)
+        return self.cache.get(cache_key(fields), fields) is not None
 
     def generate(
         self, requests: Sequence[ChatRequest], progress: str | None = None, on_result: ResultCallback | None = None

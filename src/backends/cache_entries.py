@@ -9,10 +9,10 @@ where the model refused, and on this machine's cache also ``latency_s``, ``creat
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
+from src.core.digest import digest
 from src.core.requests import ChatRequest
 
 CACHE_FORMAT = 1
@@ -51,13 +51,13 @@ def canonical_json(value: object) -> str:
 
 def cache_key(fields: dict) -> str:
     """sha256 hex digest of the canonical JSON of ``fields``."""
-    return hashlib.sha256(canonical_json(fields).encode("utf-8")).hexdigest()
+    return digest(canonical_json(fields))
 
 
 def entry_checksum(entry: dict) -> str:
     """sha256 of the canonical JSON of ``entry`` without its ``checksum`` field."""
     content = {name: value for name, value in entry.items() if name != "checksum"}
-    return hashlib.sha256(canonical_json(content).encode("utf-8")).hexdigest()
+    return digest(canonical_json(content))
 
 
 def _is_number(value: object) -> bool:

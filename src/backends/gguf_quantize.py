@@ -24,7 +24,7 @@ from pathlib import Path
 from filelock import FileLock
 
 from src.backends.gguf_files import import_llama_cpp
-from src.data.digest import file_digest
+from src.core.digest import file_digest
 
 #: Target types accepted by ``requantize`` (llama.cpp's names) and their ``llama_ftype`` constant names.
 QUANT_TYPES = {

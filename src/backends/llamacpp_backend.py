@@ -50,8 +50,8 @@ from src.backends.base import GenerationResult, LocalBackend, OrderedResults
 from src.backends.gguf_files import engine_version, gguf_path, import_llama_cpp
 from src.backends.gguf_quantize import RequantizedGGUF
 from src.backends.llamacpp_decoding import DecodingLoop
+from src.core.digest import file_digest
 from src.core.requests import ChatRequest
-from src.data.digest import file_digest
 
 logger = logging.getLogger(__name__)
 

@@ -56,6 +56,7 @@ from urllib.parse import urlsplit
 
 import httpx
 import openai
+from tenacity import AsyncRetrying, retry_if_result
 from tqdm.auto import tqdm
 
 from src.backends.base import Backend, GenerationResult, OrderedResults, ResultCallback
@@ -309,37 +310,50 @@ class OpenAIBackend(Backend):
                 self._form_settled = True  # answered, fell back, or failed: the others go on at once
 
     async def _attempts(self, request: ChatRequest, state: LoopState) -> GenerationResult:
-        """Attempts with retries; returns a failed result instead of raising.
+        """Attempts with retries (tenacity, waiting as :attr:`retry` says); returns a failed result
+        instead of raising.
 
         One attempt at a time: a timed-out attempt is cancelled (its connection closed) before
         the next starts. Each attempt is admitted by the meter first (the cap) and priced after.
         """
         tally = Tally(request)
+        retrying = AsyncRetrying(
+            retry=retry_if_result(lambda outcome: outcome is None),
+            stop=lambda _: self._exhausted(tally),
+            wait=self.retry.wait(state.rng, lambda _: tally.retry_after),
+            before_sleep=lambda retry_state: self._before_retry(request, state, tally, retry_state.upcoming_sleep),
+            retry_error_callback=lambda _: tally.give_up(),
+            sleep=asyncio.sleep,
+        )
+        return await retrying(self._one_attempt, request, state, tally)
+
+    def _exhausted(self, tally: Tally) -> bool:
+        return tally.retries == self.retry.max_retries or tally.never_heals > NEVER_HEALS_RETRIES
+
+    async def _one_attempt(self, request: ChatRequest, state: LoopState, tally: Tally) -> GenerationResult | None:
+        """One attempt, sent again at once in the next schema form while one is refused (RESEND);
+        None: retry it."""
         while True:
             await state.wait_for_rate_limit()
             outcome = await self._try(request, state, tally)
-            if outcome is RESEND:
-                continue
-            if outcome is not None:
-                return outcome
-            if tally.retries == self.retry.max_retries or tally.never_heals > NEVER_HEALS_RETRIES:
+            if outcome is not RESEND:
                 break
-            if state.stop_error:
-                return tally.failed(state.stop_error)
-            delay = self.retry.delay(tally.retries, state.rng, tally.retry_after)
-            tally.retries += 1
-            if tally.rate_limited:
-                state.pause_until(time.monotonic() + delay)
-            logger.info(
-                "request %r: %s; retry %d/%d in %.2fs",
-                request.request_id,
-                tally.last_error,
-                tally.retries,
-                self.retry.max_retries,
-                delay,
-            )
-            await asyncio.sleep(delay)
-        return tally.give_up()
+        if outcome is None and state.stop_error and not self._exhausted(tally):
+            return tally.failed(state.stop_error)
+        return outcome
+
+    def _before_retry(self, request: ChatRequest, state: LoopState, tally: Tally, delay: float) -> None:
+        tally.retries += 1
+        if tally.rate_limited:
+            state.pause_until(time.monotonic() + delay)
+        logger.info(
+            "request %r: %s; retry %d/%d in %.2fs",
+            request.request_id,
+            tally.last_error,
+            tally.retries,
+            self.retry.max_retries,
+            delay,
+        )
 
     async def _admitted(self, request: ChatRequest, state: LoopState, first: bool) -> Admission | None:
         """The meter's admission of the next attempt, waiting for attempts in flight to settle when

@@ -4,7 +4,8 @@ Rate limits (429), server errors (5xx), request timeouts (408), conflicts (409: 
 was busy with the same resource; OpenAI's own client retries them) and transport failures are
 transient, so they are retried with exponential backoff and full jitter (a uniform wait in
 ``[0, min(max, base * 2**attempt)]``) so that many concurrent requests do not retry in
-lockstep. A server's ``Retry-After`` overrides the jittered wait. A 200 that is not an answer
+lockstep. A server's ``Retry-After`` overrides the jittered wait. Every retry loop runs on
+tenacity with this policy as its wait (:meth:`RetryPolicy.wait`). A 200 that is not an answer
 (null content, bad JSON, an ``error`` object) is retried the same way by the backend. Every
 other 4xx is a bug in the request (bad model id, a pin no provider matches) and fails at once,
 and counts toward the call's early stop on a repeated fault; 401/403 (a rejected key) too, with
@@ -16,8 +17,12 @@ from __future__ import annotations
 import email.utils
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC
+
+from tenacity import RetryCallState
+from tenacity.wait import wait_base
 
 RETRYABLE_STATUS = frozenset({408, 409, 429})
 AUTH_STATUS = frozenset({401, 403})
@@ -34,9 +39,9 @@ class RetryPolicy:
         retry_after_max_s: cap on a server's ``Retry-After`` so a bad header cannot stall a run.
     """
 
-    max_retries: int = 6
-    backoff_base_s: float = 1.0
-    backoff_max_s: float = 60.0
+    max_retries: int
+    backoff_base_s: float
+    backoff_max_s: float
     retry_after_max_s: float = 300.0
 
     def __post_init__(self) -> None:
@@ -57,6 +62,19 @@ class RetryPolicy:
             return min(max(retry_after, 0.0), self.retry_after_max_s)
         ceiling = min(self.backoff_max_s, self.backoff_base_s * (2**attempt))
         return rng.uniform(0.0, ceiling)
+
+    def wait(self, rng: random.Random, retry_after: Callable[[RetryCallState], float | None]) -> wait_base:
+        """This policy as tenacity's wait: :meth:`delay` of the attempts so far, with the
+        ``Retry-After`` that ``retry_after`` reads from the failed attempt."""
+        return _PolicyWait(self, rng, retry_after)
+
+
+class _PolicyWait(wait_base):
+    def __init__(self, policy: RetryPolicy, rng: random.Random, retry_after) -> None:
+        self.policy, self.rng, self.retry_after = policy, rng, retry_after
+
+    def __call__(self, retry_state: RetryCallState) -> float:
+        return self.policy.delay(retry_state.attempt_number - 1, self.rng, self.retry_after(retry_state))
 
 
 def is_retryable_status(status: int) -> bool:

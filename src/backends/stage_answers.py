@@ -27,13 +27,13 @@ Only answers the cache stores travel (deterministic requests): what the cache do
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
 from pathlib import Path
 
 from src.backends.cache_entries import cache_key, canonical_json, entry_problem
+from src.core.digest import digest
 from src.core.errors import ConfigError
 from src.durable import replace_durably
 
@@ -64,7 +64,7 @@ def answer_bytes(answer: dict) -> bytes:
 
 def answer_name(data: bytes) -> str:
     """The file name of an answer: the sha256 of its bytes."""
-    return hashlib.sha256(data).hexdigest() + ".json"
+    return digest(data) + ".json"
 
 
 def from_environment() -> StageAnswers | None:

@@ -21,7 +21,6 @@ their price (:mod:`src.billing.earlier`); a run without a shared ledger keeps a 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import threading
@@ -31,6 +30,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from filelock import FileLock
 
 from src.billing.lease import HEARTBEAT_S, batch_holds, carry_journal, identity, now_stamp, release_stale
 from src.core.errors import ConfigError
@@ -83,12 +84,8 @@ def locked(path: Path) -> Iterator[None]:
     """An exclusive lock beside the ledger: every read-check-write of it happens under this."""
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_name(path.name + ".lock"), "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    with FileLock(path.with_name(path.name + ".lock"), preserve_lock_file=True):
+        yield
 
 
 def _settled(entries: list[dict]) -> dict[str, float]:

@@ -21,7 +21,6 @@ in ``cost_disputed``, so the cap holds on the larger. A reply's odd figures (:mo
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import logging
 import threading
@@ -31,6 +30,7 @@ from src.billing.bill import Bill, BilledReply
 from src.billing.ledger import Reservation, usd
 from src.billing.prices import Price, TokenCounter, billed_mode, cap_mode
 from src.billing.reported import undercuts
+from src.core.digest import digest
 from src.core.requests import ChatRequest
 
 logger = logging.getLogger(__name__)
@@ -52,7 +52,7 @@ class Admission:
 def request_digest(request: ChatRequest) -> str:
     """A request's identity in a journal (what it asks, not the caller's label)."""
     fields = {k: v for k, v in dataclasses.asdict(request).items() if k != "request_id"}
-    return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode("utf-8")).hexdigest()[:24]
+    return digest(json.dumps(fields, sort_keys=True, default=str), 24)
 
 
 def journal_detail(bill: Bill, admission: Admission) -> dict:

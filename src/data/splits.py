@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import hashlib
 import random
 from collections.abc import Sequence
 from typing import TypeVar
+
+from src.core.digest import digest
 
 T = TypeVar("T")
 
@@ -52,7 +53,7 @@ def subset_by_id(records: Sequence[T], limit: int | None, seed: int, key=lambda 
         raise ValueError(f"limit must be >= 0, got {limit}")
 
     def rank(record: T) -> str:
-        return hashlib.sha256(f"{seed}:{key(record)}".encode()).hexdigest()
+        return digest(f"{seed}:{key(record)}")
 
     chosen = set(sorted(range(len(records)), key=lambda i: rank(records[i]))[:limit])
     return [record for i, record in enumerate(records) if i in chosen]

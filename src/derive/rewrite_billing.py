@@ -26,9 +26,9 @@ import yaml
 
 from src.backends import options as backend_options
 from src.backends.endpoint import API_BACKENDS
+from src.billing.forecast import forecast_configuration
 from src.billing.ledger import Budget
 from src.billing.meter import Meter
-from src.billing.plan import plan_configuration
 from src.billing.prices import Price, TokenCounter, price_age_warning, price_from_block
 from src.billing.session import PaidSession
 from src.config.budget import budget_from_mapping, price_max_age_days, uncapped_sweep
@@ -83,8 +83,8 @@ def rewrite_plan(
     name: str, backend: Any, requests: Sequence[ChatRequest], price: Price | None, label: str = "adv_p"
 ) -> dict[str, Any]:
     """The plan of the rewrite requests through the cached ``backend``
-    (:func:`src.billing.plan.plan_configuration`): cache hits are not sent, the cost is a ceiling."""
-    return plan_configuration(
+    (:func:`src.billing.forecast.forecast_configuration`): cache hits are not sent, the cost is a ceiling."""
+    return forecast_configuration(
         name,
         backend,
         [(label, list(requests))],

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import math
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from src.core.digest import files_digest
 from src.core.locate import project_relative
 from src.finetune.train_config import TrainConfig
 from src.numerics import settings as numerics_settings
@@ -94,13 +94,7 @@ def weights_digest(directory: str | Path) -> str:
     files = sorted({p for pattern in WEIGHT_PATTERNS for p in directory.glob(pattern)})
     if not files:
         raise FileNotFoundError(f"{directory}: no weight files ({', '.join(WEIGHT_PATTERNS)})")
-    digest = hashlib.sha256()
-    for path in files:
-        digest.update(path.name.encode("utf-8"))
-        with open(path, "rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
-    return digest.hexdigest()
+    return files_digest((path.name, path) for path in files)
 
 
 @contextlib.contextmanager

@@ -5,7 +5,7 @@ hold a target only. A tagger trained on those alone over-predicts on running tex
 documents), where most sentences hold no target. :func:`negative_sentences` rebuilds the other
 sentences of the same documents from ``data/raw`` with the prepare stage's own code: the same
 readers, the same seeded document split (:func:`src.data.splits.split_documents`), the same
-segmenter and sentence records (:func:`src.data.prepare.segmented_records`), and AQUAINT in the
+segmenter and sentence records (:func:`src.data.records.segmented_records`), and AQUAINT in the
 training pool exactly when ``data.add_aquaint_to_train`` is set. Before returning, it rebuilds
 the split's *positive* sentences too and checks them against the prepared file, record by record
 (id, document, text, spans), so a negative can only come from a document of that prepared split,
@@ -28,7 +28,7 @@ from typing import Any
 
 import yaml
 
-from src.data.prepare import for_task, segmented_records
+from src.data.records import for_task, segmented_records
 from src.data.schema import Record, read_records
 from src.data.segment import load_segmenter
 from src.data.splits import split_documents

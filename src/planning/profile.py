@@ -34,7 +34,7 @@ from src.backends import create_backend
 from src.backends.cache import CachedBackend, ResponseCache
 from src.config.schema import RunConfig
 from src.core.params import PARAMS_FILE
-from src.data.prepare import build_datasets, write_datasets
+from src.data.datasets import build_datasets, write_datasets
 from src.data.schema import Record, read_records, write_records
 from src.data.splits import subset_by_id
 from src.derive.rewrite_billing import (

@@ -3,7 +3,7 @@
 * :func:`f1_grid`: F1 and its bootstrap interval, rows grouped by model then strategy (the
   runs' order), columns by task then dimension (base first);
 * :func:`quality_flags`: cells where parse failures, truncated answers, empty answers or
-  served-model mismatches exceed ``warn_rate`` (the run-side rule of :mod:`src.runs.verdict`);
+  served-model mismatches exceed ``warn_rate`` (the run-side rule of :mod:`src.runs.closing_lines`);
 * :func:`generalization_gap`: shifted-set F1 minus base F1 per configuration, each with a
   calibrated test (:mod:`src.scoring.calibrated`): paired on the instances both sets hold
   (the derived sets keep base ids but are drawn from another subset, so the sentences only one
@@ -28,7 +28,7 @@ from src.core import values
 from src.core.locate import config_default
 from src.report import comparisons, rq
 from src.rounding import rounded
-from src.runs.verdict import WATCHED
+from src.runs.closing_lines import WATCHED
 from src.scoring.calibrated import compare_documents, compare_unpaired
 from src.scoring.clustered import resampling_units
 from src.scoring.verdicts import EQUIVALENT, INCONCLUSIVE

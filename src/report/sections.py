@@ -39,7 +39,7 @@ from src.report.prose import (
     top_label_sentences,
 )
 from src.report.tables import compact_table, configurations_table, markdown_table
-from src.runs.verdict import WATCHED
+from src.runs.closing_lines import WATCHED
 from src.scoring.verdicts import VERDICTS
 from src.study import PRIMARY_SCORER, TASK_ORDER
 

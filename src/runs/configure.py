@@ -19,8 +19,8 @@ from src.backends.cache import CachedBackend, ResponseCache
 from src.backends.endpoint import API_BACKENDS, EndpointError, resolve_endpoint
 from src.backends.options import OpenAIOptions
 from src.backends.tokenizers import token_counter
+from src.billing.forecast import forecast_configuration
 from src.billing.meter import Meter
-from src.billing.plan import plan_configuration
 from src.config.schema import RunConfig
 from src.core.errors import ConfigError
 from src.data.schema import Record, read_records
@@ -171,10 +171,10 @@ def configured_system(
 def plan_of(
     config: RunConfig, system: PromptedSystem, plans: list[DatasetPlan], seen: set[str] | None = None
 ) -> dict[str, Any]:
-    """The configuration's plan (:func:`src.billing.plan.plan_configuration`) from the run's own
+    """The configuration's plan (:func:`src.billing.forecast.forecast_configuration`) from the run's own
     requests; ``seen``: the request keys of the configurations planned before it in the same sweep."""
     batches = [(f"{plan.task}/{plan.dataset}", system.requests(plan)) for plan in plans]
-    return plan_configuration(
+    return forecast_configuration(
         config.run_name,
         system.backend,
         batches,

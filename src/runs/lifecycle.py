@@ -1,4 +1,4 @@
-"""One prompted run from a checked configuration to its verdict: plan, reserve, evaluate, settle.
+"""One prompted run from a checked configuration to its closing lines: plan, reserve, evaluate, settle.
 
 The run plans what it will send (:func:`src.runs.configure.plan_of`), reserves the plan's
 ceiling in its budget ledger through its paid session (:mod:`src.billing.session`; a plan past a
@@ -7,9 +7,9 @@ exit 2, before any request; a stale price is named first), evaluates through the
 (:mod:`src.tracking.evaluation`), and settles the ledger to what it really spent whatever happens
 (finished, failed, Ctrl-C, SIGTERM). Ctrl-C or SIGTERM ends the run FAILED with one line
 (``interrupted: N of M answers cached; ...``) and exit code 130 / 143; a store that fails
-mid-run marks the run FAILED after a bounded wait, exit code 1. The run ends with its verdict:
+mid-run marks the run FAILED after a bounded wait, exit code 1. The run ends with its closing lines:
 F1 per dataset, what it spent against its plan, and a warning naming the datasets whose answers
-are not to trust (:mod:`src.runs.verdict`).
+are not to trust (:mod:`src.runs.closing_lines`).
 """
 
 from __future__ import annotations
@@ -28,10 +28,10 @@ from src.billing.session import PaidSession
 from src.config.budget import price_max_age_days, uncapped_sweep
 from src.config.schema import RunConfig
 from src.core.errors import ConfigError
+from src.runs.closing_lines import run_closing_lines
 from src.runs.configure import configured_system, plan_of, planned_datasets, run_record
 from src.runs.prompted import PromptedSystem
 from src.runs.usage import spend_line
-from src.runs.verdict import run_verdict
 from src.scoring.system import DatasetPlan, ScoringOptions
 from src.tracking.evaluation import evaluate_configuration, report_failures, run_usage, write_summary
 from src.tracking.health import (
@@ -208,13 +208,13 @@ def log_config(config: RunConfig, plan: dict, secrets: tuple[str, ...]) -> None:
 
 
 def conclude(config: RunConfig, record, outcome, system: PromptedSystem, plan: dict) -> int:
-    """Write the summary, name the failures, say what was spent and the verdict; the exit code."""
+    """Write the summary, name the failures, say what was spent and the closing lines; the exit code."""
     if config.summary:
         write_summary(Path(config.summary), record, outcome, config.mlflow.experiment, config.mlflow.tracking_uri)
     for line in report_failures(outcome):
         log.error("%s (re-run the same command to complete them from the cache)", line)
     log.info("%s", spend_line(run_usage(outcome), plan["ceiling_cost_usd"]))
-    summary, warnings = run_verdict(outcome, system.answer_rates, config.warn_rate)
+    summary, warnings = run_closing_lines(outcome, system.answer_rates, config.warn_rate)
     for line in summary:
         log.info("%s", line)
     for line in warnings:

@@ -10,7 +10,7 @@ statistics: :func:`cluster_sums` adds the rows of each document, and the count m
 :mod:`src.scoring.stats` (documents as columns) do the rest. Every configuration compared on
 one instance set shares the same document draws, so paired tests stay paired.
 
-Instance ids are ``{doc_id}#s{index}`` for sentences (``src.data.prepare.sentence_records``);
+Instance ids are ``{doc_id}#s{index}`` for sentences (``src.data.records.sentence_records``);
 a whole-document instance (``len``) has its document's id and is its own cluster; derived
 instances (``adv``, ``adv_p``, ``voc``) keep their base instance's id, hence its document.
 """

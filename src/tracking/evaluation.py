@@ -23,7 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from src.data.digest import file_digest
+from tenacity import Retrying, retry_if_exception, stop_after_attempt
+
+from src.core.digest import file_digest
 from src.scoring.evaluate import DatasetEvaluation, evaluate_dataset
 from src.scoring.system import DatasetPlan, ScoringOptions, System
 from src.study import RUN_KINDS
@@ -151,15 +153,15 @@ def log_dataset_input(plan: DatasetPlan) -> None:
 
     source = LocalArtifactDatasetSource(str(plan.path))
     dataset = MetaDataset(source=source, name=f"{plan.task}/{plan.dataset}", digest=file_md5(plan.path))
-    for attempt in (1, 2):
-        try:
+
+    def lost_the_race(exc: BaseException) -> bool:
+        # two runs of a sweep logging the same dataset at the same moment: the loser's insert
+        # hits the store's unique key; the second attempt finds the row the winner wrote
+        return isinstance(exc, MlflowException) and "UNIQUE constraint" in str(exc)
+
+    for attempt in Retrying(stop=stop_after_attempt(2), retry=retry_if_exception(lost_the_race), reraise=True):
+        with attempt:
             mlflow.log_input(dataset, context="evaluation", tags={"task": plan.task, "dataset": plan.dataset})
-            return
-        except MlflowException as exc:
-            # two runs of a sweep logging the same dataset at the same moment: the loser's insert
-            # hits the store's unique key; the second attempt finds the row the winner wrote
-            if attempt == 2 or "UNIQUE constraint" not in str(exc):
-                raise
 
 
 def evaluate_configuration(

@@ -16,7 +16,6 @@ reason it changes no answer and no number; so two runs with one key computed the
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import sys
@@ -25,6 +24,7 @@ from functools import lru_cache
 from pathlib import Path, PureWindowsPath
 from typing import Any
 
+from src.core.digest import digest, files_digest
 from src.core.locate import PROJECT_ROOT
 from src.tracking.code_closure import code_deps
 
@@ -72,11 +72,10 @@ def code_version(module: str | None = None) -> str:
         for dep in code_deps(module):
             path = PROJECT_ROOT / dep
             files |= set(path.glob("**/*.py")) if path.is_dir() else {path}
-    digest = hashlib.sha256()
-    for path in sorted(files):
-        digest.update(path.relative_to(PROJECT_ROOT).as_posix().encode("utf-8") + b"\0")
-        digest.update(path.read_bytes().replace(b"\r\n", b"\n") + b"\0")
-    return digest.hexdigest()[:12]
+    named = (
+        (path.relative_to(PROJECT_ROOT).as_posix(), path.read_bytes().replace(b"\r\n", b"\n")) for path in sorted(files)
+    )
+    return files_digest(named)[:12]
 
 
 def _leaves(value: Any, prefix: str = "") -> dict[str, Any]:
@@ -105,7 +104,7 @@ def key_settings(resolved: Mapping[str, Any]) -> dict[str, Any]:
 def settings_digest(resolved: Mapping[str, Any]) -> str:
     """A digest of :func:`key_settings`: the param that puts every setting of a run in its key."""
     payload = json.dumps(key_settings(resolved), sort_keys=True, ensure_ascii=True, default=str)
-    return hashlib.sha256(payload.encode("utf-8")).hexdigest()[:16]
+    return digest(payload, 16)
 
 
 def key_value(value: str) -> str:
@@ -130,4 +129,4 @@ def run_key(kind: str, run_name: str, params: Mapping[str, Any]) -> str:
     """The key of a run: a digest of its kind, name and params (history left out)."""
     hashed = {name: key_value(value) for name, value in without_history(params).items()}
     payload = json.dumps({"kind": kind, "run_name": run_name, "params": hashed}, sort_keys=True, ensure_ascii=False)
-    return hashlib.sha256(payload.encode("utf-8")).hexdigest()[:16]
+    return digest(payload, 16)

@@ -14,7 +14,6 @@ secrets out of Hydra's own ``.hydra/`` copies of the config, which MLflow redact
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -29,6 +28,7 @@ from urllib.parse import unquote, urlsplit
 
 from filelock import FileLock
 
+from src.core.digest import digest, files_digest
 from src.core.locate import PROJECT_ROOT, config_default
 from src.redact import (
     REDACTED as REDACTED,  # re-exported: callers and tests name it here
@@ -92,8 +92,7 @@ def store_lock_path(uri: str) -> Path:
         database = Path(uri[len("sqlite:///") :].split("?", 1)[0])
         database.parent.mkdir(parents=True, exist_ok=True)
         return database.with_name(database.name + ".lock")
-    digest = hashlib.sha256(uri.encode("utf-8")).hexdigest()[:16]
-    return Path(tempfile.gettempdir()) / f"tempgen-mlflow-{digest}.lock"
+    return Path(tempfile.gettempdir()) / f"tempgen-mlflow-{digest(uri, 16)}.lock"
 
 
 class StoreError(ValueError):
@@ -243,11 +242,8 @@ def data_version(files: list[Path]) -> str:
     if pointer.exists():
         match = re.search(r"md5:\s*([0-9a-f]+)", pointer.read_text(encoding="utf-8"))
         raw = match.group(1)[:12] if match else raw
-    digest = hashlib.md5()
-    for path in sorted(files):
-        digest.update(path.name.encode())
-        digest.update(path.read_bytes())
-    return f"raw:{raw}/datasets:{digest.hexdigest()[:12]}"
+    datasets = files_digest(((path.name, path) for path in sorted(files)), "md5")
+    return f"raw:{raw}/datasets:{datasets[:12]}"
 
 
 def log_json_artifact(obj: Any, artifact_path: str, secrets: tuple[str, ...] = ()) -> None:

@@ -11,8 +11,8 @@ from src.backends.base import Backend, GenerationResult, LocalBackend, OrderedRe
 from src.backends.batch_state import open_batches
 from src.backends.cache import CachedBackend, ResponseCache
 from src.backends.openai_backend import OpenAIBackend
+from src.billing.forecast import forecast_configuration
 from src.billing.meter import Meter
-from src.billing.plan import plan_configuration
 from src.billing.prices import TokenCounter
 from src.core.requests import ChatRequest
 from tests.helpers.paths import REPO_ROOT
@@ -114,10 +114,10 @@ def test_a_backend_that_declares_only_generate_serves_every_caller_through_the_c
     cached.attach_meter(Meter())  # nothing billable: ignored
     request = ChatRequest((("user", "the gain"),), request_id="r1")
     assert open_batches(cached, [request]) == []
-    plan = plan_configuration("echo", cached, [("t/base", [request, request])], None, TokenCounter())
+    plan = forecast_configuration("echo", cached, [("t/base", [request, request])], None, TokenCounter())
     assert (plan["requests"], plan["duplicates"], plan["to_send"]) == (2, 1, 1)
     assert [r.text for r in cached.generate([request])] == ["THE GAIN"]
-    again = plan_configuration("echo", cached, [("t/base", [request])], None, TokenCounter())
+    again = forecast_configuration("echo", cached, [("t/base", [request])], None, TokenCounter())
     assert (again["cached"], again["to_send"]) == (1, 0)
 
 

@@ -12,7 +12,7 @@ from src.backends.openai_keys import scrubbed
 
 
 def _api(kind, batch_max_requests: int = 50_000):
-    return kind(SimpleNamespace(batch_max_requests=batch_max_requests), client=None)
+    return kind(SimpleNamespace(batch_max_requests=batch_max_requests, seed=0), client=None)
 
 
 def test_each_dialect_has_its_providers_limits_and_the_setting_only_lowers_them():

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from src.data.prepare import build_datasets, write_datasets
+from src.data.datasets import build_datasets, write_datasets
 from src.data.schema import Document, Span, read_records
 from src.data.segment import merge_crossing
 from src.data.splits import sample_in_order, split_documents, subset_by_id

@@ -16,7 +16,7 @@ import yaml
 
 from tests.helpers.paths import REPO_ROOT
 
-#: Every task's prepared sets (``src.data.prepare.build_datasets`` without the optional i2b2 set).
+#: Every task's prepared sets (``src.data.datasets.build_datasets`` without the optional i2b2 set).
 PREPARED_SETS = ("train", "val", "base", "len", "t2c")
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from src.data.prepare import document_records, sentence_records
+from src.data.records import document_records, sentence_records
 from src.data.schema import Document, Span
 from src.scoring.clustered import cluster_index, cluster_sums, document_of, resampling_units
 from src.scoring.stats import bootstrap_f1, bootstrap_f1_matrix, percentile_interval, resample_counts

@@ -1,6 +1,7 @@
-"""What a configuration will send and cost, per mode, before the first request.
+"""The forecast of a configuration: what it will send and cost, per mode, before the first request
+(``python -m src.plan`` prints these; :mod:`src.planning` sizes a study).
 
-The plan of one configuration (requests, identical prompts, cache hits, what is left to send,
+The forecast of one configuration (requests, identical prompts, cache hits, what is left to send,
 prompt tokens, the output-token ceiling) is built from the run's own requests and its own cache
 lookup, so its ``to_send`` is exactly what the run sends; nothing here starts a backend or sends
 a request. Prompt tokens are counted (the model's tokenizer) or estimated (characters / 4); the
@@ -25,7 +26,7 @@ from src.core.requests import ChatRequest
 BATCH_WINDOW_H = 24.0
 
 
-def plan_configuration(
+def forecast_configuration(
     name: str,
     backend: Any,
     batches: Sequence[tuple[str, Sequence[ChatRequest]]],

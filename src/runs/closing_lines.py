@@ -1,7 +1,7 @@
-"""The end-of-run verdict: one line per task/dataset, and a warning block for answers not to trust.
+"""A run's closing lines (not a comparison's verdict, :mod:`src.scoring.calibrated`): one line per task/dataset, and a warning block for answers not to trust.
 
 A run can finish with an F1 that hides many parse failures, truncated answers, empty answers,
-refusals or answers served by another model or provider. The verdict names each dataset where one of those shares
+refusals or answers served by another model or provider. The closing lines name each dataset where one of those shares
 exceeds ``warn_rate`` (conf/config.yaml, default 5%), so the reader sees it at the end of the log.
 """
 
@@ -38,7 +38,7 @@ def warnings(rates: Mapping[str, Mapping[str, float]], threshold: float) -> list
     return lines
 
 
-def verdict(
+def closing_lines(
     scored: Mapping[str, Mapping[str, float] | None],
     instances: Mapping[str, int],
     failed: Mapping[str, int],
@@ -57,10 +57,10 @@ def verdict(
     return summary, block
 
 
-def run_verdict(
+def run_closing_lines(
     outcome, answer_rates: Mapping[str, Mapping[str, float]], threshold: float
 ) -> tuple[list[str], list[str]]:
-    """:func:`verdict` of a :class:`~src.tracking.evaluation.RunOutcome`; ``answer_rates`` holds each
+    """:func:`closing_lines` of a :class:`~src.tracking.evaluation.RunOutcome`; ``answer_rates`` holds each
     dataset's empty-answer and served-model mismatch shares (:mod:`src.runs.answers`)."""
     everything = outcome.metrics()
     scored, instances, failed, rates = {}, {}, {}, {}
@@ -71,4 +71,4 @@ def run_verdict(
         instances[o.key] = len(o.plan.records)
         failed[o.key] = len(o.failures)
         rates[o.key] = {**short, **answer_rates.get(o.key, {})}
-    return verdict(scored, instances, failed, rates, threshold)
+    return closing_lines(scored, instances, failed, rates, threshold)

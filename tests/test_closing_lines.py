@@ -1,8 +1,8 @@
-"""The end-of-run verdict: one line per dataset, and the datasets whose answers are not to trust."""
+"""A run's closing lines: one line per dataset, and the datasets whose answers are not to trust."""
 
 from __future__ import annotations
 
-from src.runs.verdict import verdict
+from src.runs.closing_lines import closing_lines
 
 
 def test_one_line_per_dataset_and_a_warning_naming_the_datasets_over_the_threshold():
@@ -14,7 +14,7 @@ def test_one_line_per_dataset_and_a_warning_naming_the_datasets_over_the_thresho
         "timex/t2c": {"served_model_mismatch_rate": 0.2},
         "eventx/base": {"parse_failure_rate": 0.0, "truncated_rate": 0.5},
     }
-    summary, block = verdict(scored, instances, failed, rates, 0.05)
+    summary, block = closing_lines(scored, instances, failed, rates, 0.05)
     assert summary == [
         "timex/base: F1 0.453 (40 instances)",
         "timex/t2c: not scored (3 of 10 requests failed)",
@@ -30,7 +30,7 @@ def test_one_line_per_dataset_and_a_warning_naming_the_datasets_over_the_thresho
 
 
 def test_no_warning_when_every_share_is_within_the_threshold():
-    summary, block = verdict(
+    summary, block = closing_lines(
         {"comp/base": {"f1": 1.0}}, {"comp/base": 2}, {}, {"comp/base": {"parse_failure_rate": 0.5}}, 0.5
     )
     assert summary == ["comp/base: F1 1.000 (2 instances)"] and block == []
