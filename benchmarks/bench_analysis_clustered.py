@@ -31,8 +31,13 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.bench_analysis import STRATEGIES, synthetic_stats, timed  # noqa: E402
+from src.core.settings import load_params  # noqa: E402
 from src.report.analysis import run_analysis  # noqa: E402
 from src.report.results import build_results as build_study  # noqa: E402
+
+_ANALYSIS = load_params().analysis
+#: The study's margin, power and flip threshold (params.yaml): run_analysis has no defaults of its own.
+STUDY = {"margin": _ANALYSIS.margin, "power": _ANALYSIS.power, "flip_threshold": _ANALYSIS.flip_threshold}
 
 RESULTS = Path(__file__).resolve().parent / "results" / "analysis_clustered.json"
 FAMILIES = ("a", "b", "c")
@@ -123,9 +128,11 @@ def main() -> None:
         args.resamples, args.sample_pairs = 200, 1
     load_before = os.getloadavg()[0]
     study = synthetic_study(args.seed, scale)
-    runs = [timed(lambda: run_analysis(study, args.resamples, args.seed, 0.05, "holm")) for _ in range(2)]
+    runs = [timed(lambda: run_analysis(study, args.resamples, args.seed, 0.05, "holm", **STUDY)) for _ in range(2)]
     wall, cpu, analysis = min(runs, key=lambda r: r[0])
-    instance_wall, _, _ = timed(lambda: run_analysis(study, args.resamples, args.seed, 0.05, "holm", unit="instance"))
+    instance_wall, _, _ = timed(
+        lambda: run_analysis(study, args.resamples, args.seed, 0.05, "holm", unit="instance", **STUDY)
+    )
 
     pair_rng, rng = random.Random(args.seed), np.random.default_rng(args.seed)
     keys = list(analysis.tests)

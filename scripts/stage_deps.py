@@ -2,7 +2,7 @@
 
 ``python scripts/stage_deps.py`` (from the project root) keeps each stage's data, config and
 model deps and replaces its ``src/...`` deps with the import closure of the ``python -m``
-module it runs and the environment lock ``requirements.lock`` (:mod:`src.tracking.code_closure`,
+module it runs (through the launcher: ``python -m src STAGE``), the launcher, and the environment lock ``requirements.lock`` (:mod:`src.tracking.code_closure`,
 the rule ``tests/test_dvc_graph.py`` checks).
 Run it after changing imports or dvc.yaml.
 """
@@ -16,20 +16,19 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from src.tracking.code_closure import ENVIRONMENT_FILES, code_deps  # noqa: E402
+from src.tracking.code_closure import ENVIRONMENT_FILES, command_deps  # noqa: E402
 
 
 def rewrite(text: str) -> str:
     lines = text.splitlines(keepends=True)
     out: list[str] = []
-    module = None
+    command = None
     i = 0
     while i < len(lines):
         line = lines[i]
-        found = re.search(r"python -m (src[\w.]*)", line)
-        if found:
-            module = found.group(1)
-        if re.match(r"\s+deps:\s*$", line) and module:
+        if re.search(r"python -m src", line):
+            command = line
+        if re.match(r"\s+deps:\s*$", line) and command:
             out.append(line)
             i += 1
             indent = None
@@ -40,8 +39,8 @@ def rewrite(text: str) -> str:
                 if not dep.startswith("src") and dep not in ENVIRONMENT_FILES:
                     kept.append(lines[i])
                 i += 1
-            out += [f"{indent}- {dep}\n" for dep in code_deps(module)] + kept
-            module = None
+            out += [f"{indent}- {dep}\n" for dep in command_deps(command)] + kept
+            command = None
             continue
         out.append(line)
         i += 1

@@ -18,7 +18,6 @@ alone (no ``--summaries``/``--sweep``) builds a report from hand runs, labelled 
 
 from __future__ import annotations
 
-import src.numerics_first  # noqa: F401  # isort: skip  (first: a stage's process is pinned before any library loads)
 import argparse
 import json
 import logging
@@ -26,14 +25,16 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Literal, get_args, get_origin
 
-import yaml
+from pydantic import ValidationError
 
 from src import study
 from src.cli import setup_logging
 from src.core.locate import project_relative
-from src.core.params import lookup
+from src.core.settings import Analysis as AnalysisSettings, load_params, load_sweep
 from src.data.schema import read_records
+from src.launch import launch
 from src.report import comparisons, figures, plots, tables, writer
 from src.report.analysis import Analysis, run_analysis
 from src.report.browser import write_instance_pages
@@ -54,7 +55,7 @@ __all__ = ["Analysis", "analysis_summary", "main", "run_analysis", "write_output
 
 
 def default_seed() -> int:
-    return int(lookup("seed"))
+    return load_params().seed
 
 
 def instance_texts(keys: set[tuple[str, str]]) -> dict[tuple[str, str], dict[str, str]]:
@@ -63,8 +64,9 @@ def instance_texts(keys: set[tuple[str, str]]) -> dict[tuple[str, str], dict[str
     page then shows ids and spans without the text."""
 
     texts: dict[tuple[str, str], dict[str, str]] = {}
+    paths = load_params().paths
     for task, dataset in sorted(keys):
-        path = PROJECT_ROOT / study.dataset_path(lookup("paths.prepared"), lookup("paths.derived"), task, dataset)
+        path = PROJECT_ROOT / study.dataset_path(paths.prepared, paths.derived, task, dataset)
         if path.is_file():
             texts[(task, dataset)] = {record.id: record.text for record in read_records(path)}
         else:
@@ -94,13 +96,10 @@ def write_outputs(analysis: Analysis, out: Path, profile: str | None = None) -> 
 
 def sweep_summaries(path: Path) -> list[str]:
     """The summary files (relative to the summaries folder) of a sweep's configurations."""
-
-    sweep = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("sweep") or {}
-    prompted = [f"runs/{m}-{s}.json" for m in sweep.get("models") or [] for s in sweep.get("strategies") or []]
-    finetuned = [f"finetuned/{m}.json" for m in sweep.get("finetuned") or []]
-    if not prompted and not finetuned:
+    summaries = load_sweep(path).summaries()
+    if not summaries:
         raise ValueError(f"{path}: the sweep names no configuration (sweep.models x sweep.strategies, sweep.finetuned)")
-    return prompted + finetuned
+    return summaries
 
 
 def analysis_record(analysis: Analysis, profile: str, args: argparse.Namespace) -> dict:
@@ -214,7 +213,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default=None,
         help="with --sweep: write the analysis run's evidence folder here (a DVC output; restorable)",
     )
-    parser.add_argument("--resamples", type=int, default=None, help="default: params.yaml analysis.resamples")
+    parser.add_argument(
+        "--resamples",
+        type=int,
+        default=None,
+        help="default: the --sweep profile's resamples, else params.yaml analysis.resamples",
+    )
     parser.add_argument("--seed", type=int, default=None, help="default: params.yaml seed")
     parser.add_argument("--alpha", type=float, default=None, help="default: params.yaml analysis.alpha")
     parser.add_argument(
@@ -244,9 +248,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="prepared-data statistics for the top-label figure (default: <paths.prepared>/stats.json)",
     )
     args = parser.parse_args(argv)
+    defaults = load_params().analysis
+    if args.sweep is not None and args.resamples is None:  # a profile sets its resamples
+        args.resamples = load_sweep(args.sweep).resamples
     for name, key in SETTINGS.items():
         if getattr(args, name) is None:
-            setattr(args, name, lookup(f"analysis.{key}"))
+            setattr(args, name, getattr(defaults, key))
     return args
 
 
@@ -262,20 +269,29 @@ SETTINGS = {
 }
 
 
+def _allowed(key: str) -> str:
+    """The values :class:`~src.core.settings.Analysis` allows for ``key``, as a reader writes them."""
+    field = AnalysisSettings.model_fields[key]
+    if field.annotation is not None and get_origin(field.annotation) is Literal:
+        return "one of " + ", ".join(get_args(field.annotation))
+    bounds = {
+        name: getattr(rule, name) for rule in field.metadata for name in ("gt", "ge", "lt", "le") if hasattr(rule, name)
+    }
+    low = f"({bounds['gt']}" if "gt" in bounds else f"[{bounds['ge']}"
+    high = f"{bounds['lt']})" if "lt" in bounds else f"{bounds['le']}]"
+    return f"in {low}, {high}"
+
+
 def check_settings(args: argparse.Namespace) -> str | None:
-    """The first analysis setting out of range, as an error line (None when all are fine)."""
-    if args.resamples < 1:
-        return "--resamples must be at least 1"
-    if not 0 < args.alpha < 0.5:
-        return "--alpha must be in (0, 0.5)"
-    if not 0 < args.margin < 1:
-        return "--margin must be in (0, 1)"
-    if not 0.5 <= args.power < 1:
-        return "--power must be in [0.5, 1)"
-    if not 0 <= args.flip_threshold < 1:
-        return "--flip-threshold must be in [0, 1)"
-    if args.unit not in RESAMPLE_UNITS:
-        return f"--unit must be one of {', '.join(RESAMPLE_UNITS)}"
+    """The first analysis setting out of range, as an error line (None when all are fine): the
+    bounds are the settings model's, so a flag is checked as the same value in params.yaml is."""
+    given = {key: getattr(args, name) for name, key in SETTINGS.items()}
+    try:
+        AnalysisSettings.model_validate(given)
+    except ValidationError as error:
+        key = str(error.errors()[0]["loc"][0])
+        flag = next(name for name, setting in SETTINGS.items() if setting == key)
+        return f"--{flag.replace('_', '-')} must be {_allowed(key)}"
     return None
 
 
@@ -286,7 +302,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return 2
-    stats_json = args.stats_json or PROJECT_ROOT / lookup("paths.prepared") / "stats.json"
+    stats_json = args.stats_json or PROJECT_ROOT / load_params().paths.prepared / "stats.json"
     uri = tracking_uri(args.tracking_uri)
     started = time.perf_counter()
     hand = args.runs is not None or (
@@ -324,7 +340,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     analysis.top_gold = read_top_gold(stats_json)
     profile = None
     if args.sweep:
-        profile = ((yaml.safe_load(args.sweep.read_text(encoding="utf-8")) or {}).get("sweep") or {}).get("profile")
+        profile = load_sweep(args.sweep).profile
     written = write_outputs(analysis, args.out, profile)
     if profile and not hand:
         experiment = args.experiment or default_experiment()
@@ -343,4 +359,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    launch(main)

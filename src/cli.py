@@ -11,12 +11,13 @@ from collections.abc import Callable
 from typing import NoReturn
 
 from src.core.errors import DataError
-from src.core.values import MAX_SEED
+from src.core.values import MAX_RESAMPLES, MAX_SEED
 from src.redact import install_log_redaction
 
-MAX_RESAMPLES = 1_000_000
 MEMORY_LIMIT_BYTES = 2 * 2**30  # what one bootstrap may hold in memory (the machines here have 24 GB)
 EXIT_BAD_INPUT = 2
+#: The default of a flag whose value, when not given, comes from a settings file (``null`` is a value).
+UNSET = object()
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a Unix tool whose reader went away
 
 

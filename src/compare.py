@@ -21,7 +21,7 @@ import numpy as np
 
 from src.cli import OneLineArgumentParser, add_bootstrap_options, print_json_report
 from src.core.errors import DataError
-from src.core.params import lookup
+from src.core.settings import load_params
 from src.scoring.calibrated import compare_documents
 from src.scoring.clustered import resampling_units
 from src.scoring.metrics import score_pairs
@@ -51,7 +51,8 @@ def compare_files(
     report["study_reading"] = "delta_ci95, p_value and p_value_two_sided: the study's instance-level paired bootstrap"
     ids = list(result_a.ids)
     units = resampling_units(np.stack([result_a.stats[metric], result_b.stats[metric]]), ids)
-    alpha, margin, power = (float(lookup(f"analysis.{key}")) for key in ("alpha", "margin", "power"))
+    analysis = load_params().analysis
+    alpha, margin, power = analysis.alpha, analysis.margin, analysis.power
     verdict = compare_documents(units[0], units[1], alpha, margin, power, resamples, seed)
     report["verdict"] = {**verdict.to_dict(), "unit": "document", "alpha": alpha, "margin": margin, "power": power}
     return report

@@ -13,9 +13,10 @@ the others), Python's ``set`` order by ``PYTHONHASHSEED`` (TextAttack builds can
 sets). All of them are environment variables read once, when the library loads, so
 :func:`pin` sets them from ``params.yaml``'s ``numerics`` block and, when the process did not
 start with them, starts it again (``os.execv``, same interpreter and arguments) before anything
-has computed. Every stage's entry module imports :mod:`src.numerics_first` before anything else,
-which pins the process when a ``src`` module runs as the program, so a hand run of a stage's
-command computes as ``dvc repro`` does; a function called in-process (a test) is not restarted.
+has computed. Every stage is launched through :mod:`src.launch` (``python -m src STAGE``, or a
+stage module's ``__main__`` block), which calls :func:`pin` before the stage's module loads, so a
+hand run of a stage's command computes as ``dvc repro`` does; nothing pins on import, and a
+function called in-process (a test) is not restarted.
 
 The level's instructions must exist on the CPU: a CPU without them is one ``error:`` line, never
 a silent fallback to other kernels. ``isa: native`` leaves the libraries to choose (another
@@ -33,9 +34,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from numpy._core._multiarray_umath import __cpu_features__ as CPU_FEATURES  # what numpy detected on this CPU
-
-from src.core.params import PARAMS_FILE, lookup
+from src.core.errors import ConfigError
+from src.core.settings import PARAMS_FILE, load_params
 
 #: Per level, the variables the libraries read at start-up. ``baseline`` (the default): any x86-64
 #: CPU, the same bytes on Intel and AMD; ``avx2``: what the embedded llama.cpp build needs anyway
@@ -73,30 +73,30 @@ class Numerics:
 
     @classmethod
     def from_mapping(cls, block: Mapping[str, Any], source: str = "params.yaml") -> Numerics:
-        """Validated settings; a wrong value is a ValueError naming the key and ``source``."""
+        """Validated settings; a wrong value is a ConfigError naming the key and ``source``."""
         known = {"threads", "isa", "hash_seed", "device"}
         unknown = sorted(set(block) - known)
         if unknown:
-            raise ValueError(f"{source}: numerics has unknown keys {unknown} (known: {sorted(known)})")
+            raise ConfigError(f"{source}: numerics has unknown keys {unknown} (known: {sorted(known)})")
         values = {key: block.get(key) for key in known}
         for key in ("threads", "hash_seed"):
             value = values[key]
             if isinstance(value, bool) or not isinstance(value, int) or value < (1 if key == "threads" else 0):
-                raise ValueError(
+                raise ConfigError(
                     f"{source}: numerics.{key} must be an integer >= {int(key == 'threads')}, got {value!r}"
                 )
         if values["isa"] not in LEVELS:
-            raise ValueError(f"{source}: numerics.isa must be one of {sorted(LEVELS)}, got {values['isa']!r}")
+            raise ConfigError(f"{source}: numerics.isa must be one of {sorted(LEVELS)}, got {values['isa']!r}")
         if values["device"] not in DEVICES:
-            raise ValueError(f"{source}: numerics.device must be one of {list(DEVICES)}, got {values['device']!r}")
+            raise ConfigError(f"{source}: numerics.device must be one of {list(DEVICES)}, got {values['device']!r}")
         if values["device"] == "cuda" and values["isa"] != "native":
-            raise ValueError(f"{source}: numerics.device cuda computes on the GPU: set numerics.isa: native")
+            raise ConfigError(f"{source}: numerics.device cuda computes on the GPU: set numerics.isa: native")
         return cls(**values)
 
 
 def settings(params: str | os.PathLike = PARAMS_FILE) -> Numerics:
     """The project's numerics settings (``numerics`` in ``params``)."""
-    return Numerics.from_mapping(lookup("numerics", str(params)), str(params))
+    return Numerics.from_mapping(load_params(params).numerics, str(params))
 
 
 def environment(numerics: Numerics) -> dict[str, str]:
@@ -116,22 +116,22 @@ def missing_features(numerics: Numerics) -> list[str]:
         return []
     if platform.machine().lower() not in ("x86_64", "amd64"):
         return [f"x86-64 (this machine is {platform.machine()})"]
-    return [name for name in needed if not CPU_FEATURES.get(name)]
+    # numpy's runtime detection, imported here: pin() asks only once the environment is set, so numpy
+    # loads once, in the pinned process
+    from numpy._core._multiarray_umath import __cpu_features__ as cpu_features
+
+    return [name for name in needed if not cpu_features.get(name)]
 
 
 def pin(params: str | os.PathLike = PARAMS_FILE) -> None:
     """Compute this process with the pinned numerics: set the environment and, unless the process
     started with it, start it again (same interpreter and arguments); then size torch's pool if
     torch is already loaded (else ``OMP_NUM_THREADS`` sizes it when torch loads)."""
-    try:
-        numerics = settings(params)
-    except (ValueError, KeyError) as exc:
-        raise SystemExit(f"error: {exc}") from None
-    lacking = missing_features(numerics)
-    if lacking:
-        raise SystemExit(
-            f"error: numerics.isa {numerics.isa} needs {', '.join(lacking)}, which this CPU lacks; "
-            "set numerics.isa: baseline (or native) in params.yaml: its outputs are keyed apart"
+    numerics = settings(params)  # ConfigError: one line, exit 2 (the launcher)
+    if sys.flags.ignore_environment:
+        raise ConfigError(
+            "this interpreter ignores PYTHON* variables (python -I or -E), so PYTHONHASHSEED cannot pin "
+            "the hash seed: run the stage without -I/-E"
         )
     env = environment(numerics)
     if any(os.environ.get(name) != value for name, value in env.items()):
@@ -139,14 +139,14 @@ def pin(params: str | os.PathLike = PARAMS_FILE) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])
+    lacking = missing_features(numerics)
+    if lacking:
+        raise ConfigError(
+            f"numerics.isa {numerics.isa} needs {', '.join(lacking)}, which this CPU lacks; "
+            "set numerics.isa: baseline (or native) in params.yaml: its outputs are keyed apart"
+        )
     if "torch" in sys.modules:
         sys.modules["torch"].set_num_threads(numerics.threads)
-
-
-def running_a_stage() -> bool:
-    """Whether this process runs a ``src`` module as the program (``python -m src...``)."""
-    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
-    return str(getattr(spec, "name", "") or "").startswith("src.")
 
 
 def report(with_torch: bool = False) -> str:
@@ -167,5 +167,8 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description="Show the numerics a stage computes with on this machine.")
     parser.add_argument("--torch", action="store_true", help="also load torch and show its kernels and threads")
     options = parser.parse_args()
-    pin()
+    try:
+        pin()
+    except ConfigError as error:
+        raise SystemExit(f"error: {error}") from None
     print(report(options.torch))

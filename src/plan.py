@@ -24,34 +24,28 @@ The printed plan is a list of sections (:func:`sections`), each a function of th
 from __future__ import annotations
 
 import argparse
-import functools
 import itertools
 import json
 import logging
-import re
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from src.billing.ledger import spent, usd
 from src.billing.prices import MODES, price_age_warning, today
 from src.cli import setup_logging
-from src.config.budget import price_max_age_days
 from src.config.overrides import override_error
+from src.config.profile import configurations
 from src.config.schema import RunConfig
-from src.core.locate import project_file
+from src.core.settings import SweepProfile
 from src.planning.power import power_beside_cost
 from src.runs.configure import plan_of
 from src.runs.offline import load_config, offline_system
 
-DVC_FILE = project_file("dvc.yaml")
-#: Overrides of the run stage that only name where a run writes (nothing the plan counts).
-OUTPUT_OVERRIDES = ("summary", "evidence")
 TOTAL_KEYS = (
     "requests",
     "duplicates",
@@ -75,46 +69,10 @@ def expand(overrides: Sequence[str]) -> list[list[str]]:
     return [list(combination) for combination in itertools.product(*choices)]
 
 
-def dvc_value(value: Any) -> str:
-    """A sweep value as DVC writes it into the stage command (null is ``None``)."""
-    return str(value)
-
-
-def sweep_configurations(path: Path, extra: Sequence[str], dvc_file: Path = DVC_FILE) -> list[list[str]]:
-    """The overrides of every ``run@`` stage of the sweep profile at ``path`` (plus ``extra``): the
-    ``run`` stage's own command with ``${item.*}`` and ``${sweep.*}`` filled in as DVC does, less
-    the overrides that only name where a run writes (:data:`OUTPUT_OVERRIDES`)."""
-    try:
-        profile = yaml.safe_load(path.read_text(encoding="utf-8"))["sweep"]
-        stage = yaml.safe_load(dvc_file.read_text(encoding="utf-8"))["stages"]["run"]
-        matrix, command = stage["matrix"], stage["cmd"]
-        axes = {
-            name: list(profile[str(values).removeprefix("${sweep.").removesuffix("}")])
-            for name, values in matrix.items()
-        }
-    except (OSError, yaml.YAMLError, KeyError, TypeError, AttributeError) as error:
-        raise ValueError(f"--sweep {path}: not a sweep profile ({type(error).__name__}: {error})") from None
-    configurations = []
-    for combination in itertools.product(*axes.values()):
-        values = {**{f"sweep.{key}": value for key, value in profile.items()}, **dict(zip(axes, combination))}
-        words = re.sub(r"\$\{((?:item|sweep)\.\w+)\}", functools.partial(_filled, values, path), command).split()
-        while words and re.fullmatch(r"[A-Z_][A-Z0-9_]*=\S*", words[0]):  # an environment variable for the run
-            words = words[1:]
-        if words[:3] != ["python", "-m", "src.run"]:
-            raise ValueError(f"{dvc_file}: the run stage's command is not `python -m src.run ...`")
-        # the stage reads its caps from the active profile (sweep.yaml): the plan, from the one planned
-        words = [f"budget.sweep_file={path}" if w.startswith("budget.sweep_file=") else w for w in words]
-        configurations.append([w for w in words[3:] if w.split("=", 1)[0] not in OUTPUT_OVERRIDES] + list(extra))
-    return configurations
-
-
-def _filled(values: dict[str, Any], path: Path, match: re.Match) -> str:
-    """``${item.model}`` or ``${sweep.limit}`` as DVC would write it."""
-    name = match[1]
-    key = name.removeprefix("item.")
-    if key not in values:
-        raise ValueError(f"--sweep {path}: the run stage reads {name}, which the profile lacks")
-    return dvc_value(values[key])
+def sweep_configurations(path: Path, extra: Sequence[str]) -> list[list[str]]:
+    """The overrides of every ``run@`` stage of the sweep profile at ``path`` (plus ``extra``):
+    the profile's own overrides (:mod:`src.config.profile`, as the stage's run reads them)."""
+    return [[*configuration, *extra] for configuration in configurations(path)]
 
 
 def plan_one(overrides: Sequence[str], seen: set[str] | None = None) -> tuple[dict[str, Any], RunConfig]:
@@ -243,7 +201,7 @@ class PlanResult:
     stages: list[dict[str, Any]]
     total: dict[str, Any]
     config: RunConfig | None
-    profile: dict[str, Any] | None = None
+    profile: SweepProfile | None = None
     profile_file: Path | None = None
     notes: list[str] = field(default_factory=list)
     prices: dict[str, Any] = field(default_factory=dict)  # model name -> Price, of every priced plan
@@ -272,7 +230,7 @@ def price_age_lines(result: PlanResult) -> list[str]:
     """A warning per price read more than ``budget.price_max_age_days`` ago (or undated)."""
     if result.config is None:
         return []
-    days, on = price_max_age_days(dict(result.config.raw.get("budget") or {})), today()
+    days, on = result.config.budget.price_max_age_days, today()
     warnings = [price_age_warning(name, price, days, on) for name, price in sorted(result.prices.items())]
     return [f"warning: {line}" for line in warnings if line]
 
@@ -284,14 +242,14 @@ def budget_lines(result: PlanResult) -> list[str]:
 
 def uncapped_lines(result: PlanResult) -> list[str]:
     """A paid profile without a cap: its ceiling and the setting its runs wait for."""
-    if result.profile is None or result.profile.get("max_cost_usd") is not None:
+    if result.profile is None or result.profile.max_cost_usd is not None:
         return []
     ceiling = result.total.get("ceiling_cost_usd")
     if not ceiling or not result.total.get("to_send"):
         return []
-    mode = result.profile.get("mode", "sync")
+    mode = result.profile.mode
     return [
-        f"budget: profile {result.profile.get('profile')!r} sends paid requests and sets no cap: its plan's ceiling "
+        f"budget: profile {result.profile.profile!r} sends paid requests and sets no cap: its plan's ceiling "
         f"is {money(ceiling)} (sweep.mode: {mode}); set sweep.max_cost_usd in {result.profile_file} "
         "(its paid stages refuse to start without it)"
     ]

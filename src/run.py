@@ -13,7 +13,6 @@ of one configuration never kills the requests of another in flight) and the swee
 
 from __future__ import annotations
 
-import src.numerics_first  # noqa: F401  # isort: skip  (first: a stage's process is pinned before any library loads)
 import signal
 import sys
 
@@ -24,9 +23,12 @@ from omegaconf import DictConfig
 
 from src.cli import one_line
 from src.config.overrides import override_error
+from src.config.profile import with_profile
 from src.config.schema import RunConfig
 from src.config.store import register_config
 from src.core.errors import ConfigError
+from src.core.locate import conf_dir
+from src.launch import launch
 from src.redact import install_log_redaction
 from src.runs.lifecycle import Interrupted, StoreFailedMidRun, forward_sigterm, run, stop_code
 from src.tracking.store import StoreError
@@ -55,8 +57,9 @@ def end(code: int, line: str | None = None) -> None:
     sys.exit(code)
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="config")
-def main(cfg: DictConfig) -> None:
+@hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="config")  # absolute: any launcher
+def run_composed(cfg: DictConfig) -> None:
+    """Hydra's task: the composed configuration, typed and run."""
     install_log_redaction()  # Hydra has set up the handlers by now
     signal.signal(signal.SIGTERM, forward_sigterm)
     try:
@@ -74,9 +77,20 @@ def main(cfg: DictConfig) -> None:
     end(code)
 
 
-if __name__ == "__main__":
+def main() -> int:
+    """The command line (``sys.argv``): the overrides checked, the profile's put first, then Hydra."""
     problem = override_error(sys.argv[1:])
     if problem:
         print(f"error: {problem}", file=sys.stderr)
-        sys.exit(2)
-    main()
+        return 2
+    try:
+        sys.argv[1:] = with_profile(sys.argv[1:])  # a run@ stage names its profile, Hydra gets its values
+    except ConfigError as error:
+        print(f"error: {one_line(str(error))}", file=sys.stderr)
+        return 2
+    run_composed()
+    return 0
+
+
+if __name__ == "__main__":
+    launch(main)

@@ -28,7 +28,7 @@ from src.billing.forecast import forecast_configuration
 from src.billing.meter import Meter
 from src.billing.prices import price_age_warning
 from src.billing.session import PaidSession
-from src.config.budget import price_max_age_days, uncapped_sweep
+from src.config.budget import uncapped_sweep
 from src.config.schema import RunConfig
 from src.config.store import register_config
 from src.core.errors import ConfigError
@@ -96,12 +96,11 @@ def validation_plans(config: RunConfig) -> list[DatasetPlan]:
 def paid_session(config: RunConfig, backend) -> PaidSession:
     """The tuning's session: the model's price and token counter, the run's budget; the price's age
     logged first."""
-    block = dict(config.raw.get("budget") or {})
-    warning = price_age_warning(config.model.name, config.model.price, price_max_age_days(block))
+    warning = price_age_warning(config.model.name, config.model.price, config.budget.price_max_age_days)
     if warning:
         log.warning("%s", warning)
     meter = Meter(config.model.price, token_counter(config.model))
-    return PaidSession(f"tune_k {config.run_name}", meter, config.budget, sweep=uncapped_sweep(block))
+    return PaidSession(f"tune_k {config.run_name}", meter, config.budget, sweep=uncapped_sweep(config.budget))
 
 
 def reserve(session: PaidSession, config: RunConfig, backend, plans: list[DatasetPlan]) -> None:

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from src import study
-from src.tracking.code_closure import ENVIRONMENT_FILES, ROOT, closure, code_deps
+from src.tracking.code_closure import ENVIRONMENT_FILES, ROOT, closure, command_deps
 
 
 def stages() -> list[tuple[str, dict]]:
@@ -25,15 +25,9 @@ def stages() -> list[tuple[str, dict]]:
     return out
 
 
-def command_module(cmd: str) -> str:
-    match = re.search(r"python -m (src[\w.]*)", cmd)
-    assert match, f"stage command does not run a src module: {cmd}"
-    return match.group(1)
-
-
 @pytest.mark.parametrize("name,stage", stages(), ids=[name for name, _ in stages()])
 def test_stage_code_deps_are_exactly_what_its_command_imports(name: str, stage: dict):
-    needed = set(code_deps(command_module(stage["cmd"])))
+    needed = set(command_deps(stage["cmd"]))
     declared = {
         d for d in (stage.get("deps") or []) if isinstance(d, str) and (d.startswith("src") or d in ENVIRONMENT_FILES)
     }
@@ -47,15 +41,42 @@ def test_stage_code_deps_are_exactly_what_its_command_imports(name: str, stage: 
 def test_stage_params_are_keys_that_exist(name: str, stage: dict):
     params = yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8"))
     sweep = yaml.safe_load((ROOT / "sweep.yaml").read_text(encoding="utf-8"))
+    config = yaml.safe_load((ROOT / "conf" / "config.yaml").read_text(encoding="utf-8"))
     for entry in stage.get("params") or []:
         files = entry.items() if isinstance(entry, dict) else [("params.yaml", [entry])]
         for file, keys in files:
-            source = {"params.yaml": params, "sweep.yaml": sweep}[file]
+            source = {"params.yaml": params, "sweep.yaml": sweep, "conf/config.yaml": config}[file]
             for key in keys:
                 node = source
                 for part in key.split("."):
                     assert isinstance(node, dict) and part in node, f"{name}: {file} has no key {key}"
                     node = node[part]
+
+
+@pytest.mark.parametrize("name,stage", stages(), ids=[name for name, _ in stages()])
+def test_a_stage_command_passes_paths_and_names_only(name: str, stage: dict):
+    """No setting is templated into a command (the module reads it through src.core.settings),
+    so a hand run of the command is the stage and DVC never writes a null as the word None."""
+    templated = set(re.findall(r"\$\{([^}]+)\}", stage["cmd"]))
+    assert {value for value in templated if not value.startswith("item")} == set(), name
+
+
+def test_the_run_stage_tracks_every_profile_key_its_runs_read():
+    """The run@ stages are sweep.models x sweep.strategies, and each key of the profile that
+    src.config.profile turns into an override is a param of the stage (a change re-runs it)."""
+    from src.config.profile import profile_overrides
+    from src.core.settings import load_sweep
+
+    run = dict(stages())["run"]
+    assert run["matrix"] == {"model": "${sweep.models}", "strategy": "${sweep.strategies}"}
+    profile = load_sweep(ROOT / "sweep.yaml")
+    tracked = {key for entry in run["params"] if isinstance(entry, dict) for key in entry.get("sweep.yaml", [])}
+    read = set()
+    for key in profile.model_fields:  # a key is read if changing it changes the overrides
+        other = profile.model_copy(update={key: "<changed>"})
+        if profile_overrides(other, "sweep.yaml") != profile_overrides(profile, "sweep.yaml"):
+            read.add(f"sweep.{key}")
+    assert read and read <= tracked, sorted(read - tracked)
 
 
 def test_closure_follows_function_level_imports():

@@ -110,7 +110,18 @@ def exact_string(record, predictions, lowercase):
 """
 SCORER_IMPORT = "from src.scoring.scorer_registry import register_scorer\n"
 
+PARAMS_ANALYSIS_ANCHOR = (
+    "analysis:                     # src/analyze.py's defaults (its flags override them; a profile sets resamples)\n"
+)
+PARAMS_ANALYSIS_ENTRY = "  examples: 5                 # instances shown per error category in the report\n"
+SETTINGS_ANCHOR = (
+    '    flip_threshold: float = Field(ge=0, lt=1, description="a per-instance F1 drop above this is a flip")\n'
+)
+SETTINGS_ENTRY = '    examples: int = Field(ge=0, description="instances shown per error category in the report")\n'
+
 SNIPPETS = (
+    PARAMS_ANALYSIS_ENTRY,
+    SETTINGS_ENTRY,
     DATASET_ENTRY,
     TOY_BUILDER,
     PARAMS_STUDY_ENTRY,
@@ -240,7 +251,8 @@ def test_the_walk_through_adds_a_dataset_a_strategy_and_a_scorer(copy: Path):
         check=False,
     )
     assert graph.returncode == 0 and " passed" in graph.stdout, graph.stdout[-3000:]
-    assert "4 passed" in graph.stdout, graph.stdout[-3000:]  # toy's deps and params, the two vocabulary checks
+    # toy's deps, params and command (paths and names only), the two vocabulary checks
+    assert "5 passed" in graph.stdout, graph.stdout[-3000:]
     _python(
         copy,
         "-m",
@@ -338,3 +350,39 @@ def test_the_walk_through_adds_a_dataset_a_strategy_and_a_scorer(copy: Path):
     assert float(scorers["toy"]["paper"]) == pytest.approx(5 / 7)
     assert (tables / "dataset_timex_toy.csv").exists()
     assert "timex/toy" in (copy / "reports/report.md").read_text()
+
+
+def _analysis_error(copy: Path) -> str:
+    """The analysis stage's last stderr line in the copy, which must stop with exit code 2."""
+    done = subprocess.run(
+        [sys.executable, "-m", "src", "analyze", "--out", "reports"],
+        cwd=copy,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    return done.stderr.strip().splitlines()[-1]
+
+
+def test_the_walk_through_adds_a_pipeline_setting(copy: Path):
+    """Section 5: a params.yaml line and a model field; the layer's own tests judge the two steps."""
+    shutil.copy2(ROOT / "tests" / "test_settings.py", copy / "tests" / "test_settings.py")
+    check = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_settings.py", "-k", "params_model"]
+
+    _insert_after(copy / "params.yaml", PARAMS_ANALYSIS_ANCHOR, PARAMS_ANALYSIS_ENTRY)
+    alone = subprocess.run([sys.executable, *check], cwd=copy, capture_output=True, text=True, timeout=300)
+    assert alone.returncode == 1 and "1 failed" in alone.stdout, alone.stdout[-2000:]  # step 1 alone: not yet typed
+    assert _analysis_error(copy) == f"error: {copy / 'params.yaml'}: analysis.examples: no such setting"
+
+    _insert_after(copy / "src/core/settings.py", SETTINGS_ANCHOR, SETTINGS_ENTRY)
+    _python(copy, "-m", "ruff", "check", "--no-cache", "src/core/settings.py")
+    assert "1 passed" in _python(copy, *check).stdout
+    read = _python(copy, "-c", "from src.core.settings import load_params; print(load_params().analysis.examples)")
+    assert read.stdout.strip() == "5"
+
+    text = (copy / "params.yaml").read_text(encoding="utf-8")
+    (copy / "params.yaml").write_text(text.replace("  examples: 5 ", "  examples: five "), encoding="utf-8")
+    assert _analysis_error(copy) == (
+        f"error: {copy / 'params.yaml'}: analysis.examples: input should be a valid integer, got 'five'"
+    )

@@ -25,6 +25,7 @@ LAZY = {
     "sentence_transformers": "imports torch; the similarity constraints only",
     "matplotlib": "the report's figures only (and its backend is chosen before pyplot loads)",
     "mlflow": "over a second to import; planning, caching and dry runs never log",
+    "numpy": "src.numerics asks it for the CPU's features once the process is pinned: numpy loads once, pinned",
 }
 #: Project modules imported lazily, with why (each loads a heavy package above at its top).
 LAZY_PROJECT = {

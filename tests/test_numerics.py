@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from src import numerics
+from src.core.errors import ConfigError
 from src.data.schema import write_records
 from tests.helpers.finetune_data import make_synthetic_records
 from tests.helpers.paths import REPO_ROOT
@@ -155,10 +156,11 @@ def test_a_wrong_setting_is_named(block, message):
 
 def test_a_cpu_without_the_level_is_one_error_line_not_other_kernels(monkeypatch):
     level = numerics.settings().isa
+    for name, value in numerics.environment(numerics.settings()).items():  # already pinned: no restart
+        monkeypatch.setenv(name, value)
     monkeypatch.setitem(numerics.REQUIRED_FEATURES, level, ("SSE2", "NO_SUCH_FEATURE"))
-    with pytest.raises(SystemExit) as stop:
+    with pytest.raises(ConfigError, match=f"^numerics.isa {level} needs NO_SUCH_FEATURE"):
         numerics.pin()
-    assert str(stop.value).startswith(f"error: numerics.isa {level} needs NO_SUCH_FEATURE")
 
 
 def test_a_command_restarts_itself_with_the_pinned_environment():
@@ -188,12 +190,31 @@ def test_a_command_restarts_itself_with_the_pinned_environment():
     assert "PYTHONHASHSEED=0" in shown
 
 
-def test_only_a_src_module_run_as_the_program_is_a_stage(monkeypatch):
-    main = type(sys)("__main__")
-    monkeypatch.setitem(sys.modules, "__main__", main)
-    assert not numerics.running_a_stage()  # python -c, pytest, a script
-    main.__spec__ = type("Spec", (), {"name": "src.derive.adv"})()
-    assert numerics.running_a_stage()
+def test_an_interpreter_that_ignores_the_environment_is_refused_not_run_with_a_random_hash_seed():
+    """Regression: ``python -I`` ignores PYTHONHASHSEED, so a stage started with it computed with a
+    random set order while its environment said it was pinned."""
+    done = subprocess.run(
+        [sys.executable, "-I", "-m", "src", "prepare", "--help"],
+        cwd=REPO_ROOT,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2 and "python -I or -E" in done.stderr and "usage" not in done.stdout
+    assert done.stderr.startswith("error: this interpreter ignores PYTHON* variables")
+
+
+def test_importing_a_stage_pins_nothing():
+    """Pinning is the launcher's first call, never an import's side effect: a process that imports
+    every stage module keeps its environment (and is not restarted)."""
+    code = "import os, src.run, src.analyze, src.data.prepare, src.finetune.evaluate; print(os.environ.get('OMP_NUM_THREADS'))"
+    env = {k: v for k, v in os.environ.items() if k not in LIBRARY_VARIABLES and k != "PYTHONHASHSEED"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "None"
 
 
 @pytest.mark.skipif(not (REPO_ROOT / "data/raw/nltk_data").is_dir(), reason="data/raw not pulled: dvc pull data.dvc")
@@ -223,21 +244,25 @@ def test_the_lock_pins_the_environment_the_project_runs_in():
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-def test_every_stage_command_imports_the_pinning_before_anything_else():
-    """A stage whose module loads a library before :mod:`src.numerics_first` would compute that
-    library's first numbers unpinned (or import it twice): the pinning is its first import."""
+def test_every_stage_command_goes_through_the_launcher():
+    """Each dvc.yaml stage runs ``python -m src STAGE``, which pins before the stage's module loads
+    (and before numpy: the CPU's features are asked once the environment is set); no module of
+    src pins at import time (the old ``src.numerics_first`` side effect)."""
     import ast
     import re
 
+    from src.launch import STAGES
+
     stages = yaml.safe_load((REPO_ROOT / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
-    modules = {re.search(r"python -m (src[\w.]*)", s.get("do", s)["cmd"]).group(1) for s in stages.values()}
-    assert {"src.finetune.train", "src.derive.adv", "src.run", "src.analyze"} <= modules
-    for module in sorted(modules):
-        tree = ast.parse((REPO_ROOT / (module.replace(".", "/") + ".py")).read_text(encoding="utf-8"))
-        imports = [
-            n
-            for n in tree.body
-            if isinstance(n, (ast.Import, ast.ImportFrom)) and getattr(n, "module", None) != "__future__"
+    launched = {re.search(r"python -m src (\w+)", s.get("do", s)["cmd"]).group(1) for s in stages.values()}
+    assert launched == set(STAGES)
+    for path in sorted((REPO_ROOT / "src").rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        top_level_calls = [
+            node.value.func for node in tree.body if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)
         ]
-        first = imports[0]
-        assert isinstance(first, ast.Import) and first.names[0].name == "src.numerics_first", module
+        names = {getattr(f, "id", getattr(f, "attr", "")) for f in top_level_calls}
+        assert not names & {"pin", "launch", "dispatch"} or path.name == "__main__.py", path
+        assert "numerics_first" not in path.read_text(encoding="utf-8"), path
+    numerics_source = (REPO_ROOT / "src" / "numerics.py").read_text(encoding="utf-8")
+    assert not re.search(r"^(import numpy|from numpy)", numerics_source, re.M)

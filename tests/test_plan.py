@@ -159,14 +159,15 @@ def test_expand_follows_hydra_multirun_order():
 def test_the_sweep_form_plans_the_commands_of_the_dvc_run_stages(tmp_path: Path):
     """Each configuration's overrides are the ``run@`` stage's command with the profile's values."""
     profile = tmp_path / "sweep.yaml"
-    sweep = {"models": ["m1", "m2"], "strategies": ["I", "A+D"], "condition": "study_condition", "limit": None}
+    sweep = yaml.safe_load((REPO_ROOT / "sweep.yaml").read_text())["sweep"]
+    sweep.update({"models": ["m1", "m2"], "strategies": ["I", "A+D"], "condition": "study_condition", "limit": None})
     sweep.update({"max_input_words": 300, "max_tokens": 64, "max_tokens_document": 160})
     sweep.update({"provider": "vllm", "profile": "pilot", "mode": "batch"})
     profile.write_text(yaml.safe_dump({"sweep": sweep}))
     configurations = sweep_configurations(profile, ["budget.max_cost_usd=5"])
     fixed = [
         "condition=study_condition",
-        "limit=None",  # DVC writes null as None, which the run reads as no limit
+        "limit=null",  # no limit
         "max_input_words=300",
         "generation.max_tokens=64",
         "generation.max_tokens_document=160",
@@ -188,7 +189,7 @@ def test_the_sweep_form_plans_the_commands_of_the_dvc_run_stages(tmp_path: Path)
     assert len(configurations) == len(committed["models"]) * len(committed["strategies"])
     del sweep["max_tokens"]
     profile.write_text(yaml.safe_dump({"sweep": sweep}))
-    with pytest.raises(ValueError, match="reads sweep.max_tokens, which the profile lacks"):
+    with pytest.raises(ValueError, match="sweep.max_tokens: field required"):
         sweep_configurations(profile, [])
 
 
@@ -267,7 +268,7 @@ def test_budget_arithmetic_and_bad_values(tmp_path: Path):
     from src.config.budget import budget_from_mapping
     from src.config.schema import Model
 
-    ledger_settings = {"ledger_file": ".cache/spend.json", "stale_after_s": 600}
+    ledger_settings = {"ledger_file": ".cache/spend.json", "stale_after_s": 600, "price_max_age_days": 90}
     for bad in (
         {"max_cost_usd": -1},
         {"max_cost_usd": "ten"},
@@ -279,8 +280,10 @@ def test_budget_arithmetic_and_bad_values(tmp_path: Path):
     ):
         with pytest.raises(ConfigError, match="budget."):
             budget_from_mapping({**ledger_settings, **bad})
-    dvc_nulls = budget_from_mapping({**ledger_settings, **dict.fromkeys(("max_cost_usd", "ledger"), "None")})
-    assert (dvc_nulls.max_cost_usd, dvc_nulls.ledger) == (None, None)
+    # no stage templates a cap into its command, so the word None is no cap's stand-in: a typo, said so
+    with pytest.raises(ConfigError, match="budget.max_cost_usd: expected a number of USD >= 0 or null, got 'None'"):
+        budget_from_mapping({**ledger_settings, "max_cost_usd": "None"})
+    assert budget_from_mapping(ledger_settings).price_max_age_days == 90
 
     def price_of(backend: str, **block):
         model = {"name": "m", "backend": backend, "model_id": "x", **({"price": block} if block else {})}

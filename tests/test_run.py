@@ -279,7 +279,7 @@ def test_documents_have_their_own_generation_budget():
     from src.runs.prompted import generation_budget
 
     strategy = get_strategy("A")
-    generation = _generation(max_tokens=48, max_tokens_document="None")  # DVC renders null as None
+    generation = _generation(max_tokens=48, max_tokens_document=None)
     assert generation_budget(generation, strategy, "base") == 48
     assert generation_budget(generation, strategy, "len") == strategy.max_tokens_document
     generation = _generation(max_tokens_document=160)
@@ -298,7 +298,7 @@ def test_abductive_answers_get_the_reasoning_allowance_on_top():
     assert generation_budget(generation, get_strategy("A+D+I"), "len") == 160 + 88
     assert generation_budget(generation, get_strategy("D+I"), "base") == 64
     assert generation_budget(generation, get_strategy("I"), "len") == 160
-    generation = _generation(max_tokens=64, max_tokens_reasoning="None")
+    generation = _generation(max_tokens=64, max_tokens_reasoning=None)
     assert generation_budget(generation, get_strategy("A"), "base") == 64
 
 

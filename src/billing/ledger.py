@@ -50,6 +50,10 @@ class Budget:
     ledger: str | None = None
     ledger_file: Path | None = None
     stale_after_s: float | None = None
+    #: days a model file's price stays fresh (None: not checked, as for a budget built in code)
+    price_max_age_days: int | None = None
+    #: the sweep profile the caps were read from (the pipeline's run@ stages), if any
+    sweep_file: Path | None = None
 
     def __post_init__(self) -> None:
         if self.ledger is not None and (self.ledger_file is None or self.stale_after_s is None):

@@ -43,9 +43,8 @@ DISCOUNTS: dict[str, tuple[float, str]] = {
     "openai": (0.5, "OpenAI's Batch API: 50% of the list price (platform.openai.com/docs/guides/batch)"),
     "openrouter": (0.5, "OpenRouter's Batch API: 50% of the list price (openrouter.ai/docs, Batch API guide)"),
 }
-#: The setting that bounds a price block's age, and its default (days).
+#: The setting that bounds a price block's age (conf/config.yaml holds its value).
 PRICE_AGE_SETTING = "budget.price_max_age_days"
-DEFAULT_PRICE_MAX_AGE_DAYS = 90
 #: An ISO date that stands in for today's (tests); unset: the clock.
 TODAY_VARIABLE = "TEMPGEN_TODAY"
 
@@ -176,12 +175,16 @@ def today() -> datetime.date:
 
 
 def price_age_warning(
-    model: str, price: Price | None, max_age_days: int, on: datetime.date | None = None
+    model: str, price: Price | None, max_age_days: int | None, on: datetime.date | None = None
 ) -> str | None:
     """One line when ``model``'s price block was read more than ``max_age_days`` before ``on``
     (today), or says no date: providers change prices, and a stale one errs the bill and the cap
-    alike. None for a fresh price or a model without a price to age (a local model)."""
-    if price is None or (price.input_per_mtok == 0 and price.output_per_mtok == 0 and not price.read):
+    alike. None for a fresh price, a model without a price to age (a local model) or no bound."""
+    if (
+        max_age_days is None
+        or price is None
+        or (price.input_per_mtok == 0 and price.output_per_mtok == 0 and not price.read)
+    ):
         return None
     on = on or today()
     read = price.read_date()

@@ -22,7 +22,7 @@ tuning) goes through the same steps, so the cap and the bill hold for each the s
 
 Use::
 
-    session = PaidSession("adv_p timex", Meter(price, counter), budget, sweep=uncapped_sweep(block))
+    session = PaidSession("adv_p timex", Meter(price, counter), budget, sweep=uncapped_sweep(budget))
     session.reserve(plan["ceiling_cost_usd"], plan["to_send"])   # ConfigError: one line, exit 2
     session.attach(backend)
     with session:                                                 # settles on any exit

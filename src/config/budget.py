@@ -15,51 +15,33 @@ import math
 from pathlib import Path
 from typing import Any
 
-import yaml
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 
 from src.billing.ledger import Budget
-from src.billing.prices import DEFAULT_PRICE_MAX_AGE_DAYS
 from src.core.errors import ConfigError
+from src.core.settings import load_sweep
 
-#: Keys DVC writes into a stage command as ``None`` when the sweep's value is null.
-DVC_NULLABLE = ("max_cost_usd", "max_requests", "ledger")
 KEYS = ("max_cost_usd", "max_requests", "ledger", "ledger_file", "stale_after_s", "sweep_file", "price_max_age_days")
 
 
 def sweep_budget(path: Path) -> dict[str, Any]:
     """The caps of a sweep profile with the profile's name as the ledger."""
-
-    try:
-        sweep = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("sweep") or {}
-    except (OSError, yaml.YAMLError) as error:
-        raise ConfigError(f"budget.sweep_file: cannot read {path} ({error})") from None
-    return {
-        "max_cost_usd": sweep.get("max_cost_usd"),
-        "max_requests": sweep.get("max_requests"),
-        "ledger": str(sweep["profile"]) if sweep.get("profile") else None,
-    }
+    sweep = load_sweep(path)
+    return {"max_cost_usd": sweep.max_cost_usd, "max_requests": sweep.max_requests, "ledger": sweep.profile}
 
 
-def uncapped_sweep(block: dict[str, Any]) -> tuple[str, str] | None:
-    """(profile name, sweep file) when ``budget.sweep_file`` names a profile without
+def uncapped_sweep(budget: Budget) -> tuple[str, str] | None:
+    """(profile name, sweep file) when the budget's caps come from a sweep profile without
     ``sweep.max_cost_usd`` (a paid caller under it is refused); None otherwise (no sweep file,
     or a profile with a cap: the sweep file's cap is the one that holds)."""
-    path = block.get("sweep_file")
-    if not path:
+    if budget.sweep_file is None or budget.max_cost_usd is not None:
         return None
-    caps = sweep_budget(Path(str(path)))
-    if caps["max_cost_usd"] is not None:
-        return None
-    return caps["ledger"] or "unnamed", str(path)
+    return budget.ledger or "unnamed", str(budget.sweep_file)
 
 
-def price_max_age_days(block: dict[str, Any]) -> int:
-    """``budget.price_max_age_days``: days a price block stays fresh (default 90)."""
-    value = block.get("price_max_age_days", DEFAULT_PRICE_MAX_AGE_DAYS)
-    if value is None:
-        return DEFAULT_PRICE_MAX_AGE_DAYS
+def price_max_age_days(value: Any) -> int:
+    """``budget.price_max_age_days``: days a price block stays fresh (conf/config.yaml)."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ConfigError(f"budget.price_max_age_days: expected a whole number of days >= 0, got {value!r}")
     return value
@@ -82,11 +64,11 @@ def budget_from_mapping(block: dict[str, Any]) -> Budget:
     if unknown:
         raise ConfigError(f"budget.{unknown[0]}: no such setting (the settings: {', '.join(KEYS)})")
     block = dict(block)
-    price_max_age_days(block)  # checked here, read where prices are shown
-    block.pop("price_max_age_days", None)
-    if block.get("sweep_file"):
-        block.update(sweep_budget(Path(str(block["sweep_file"]))))
-    cost, requests, ledger = (None if block.get(k) == "None" else block.get(k) for k in DVC_NULLABLE)
+    max_age = price_max_age_days(block.get("price_max_age_days"))
+    sweep_file = Path(str(block["sweep_file"])) if block.get("sweep_file") else None
+    if sweep_file is not None:
+        block.update(sweep_budget(sweep_file))
+    cost, requests, ledger = block.get("max_cost_usd"), block.get("max_requests"), block.get("ledger")
     if cost is not None and (
         isinstance(cost, bool) or not isinstance(cost, (int, float)) or not math.isfinite(cost) or cost < 0
     ):
@@ -103,4 +85,12 @@ def budget_from_mapping(block: dict[str, Any]) -> Budget:
     path = block.get("ledger_file")
     if not path:
         raise ConfigError(f"budget.ledger_file: expected a file name, got {path!r}")
-    return Budget(None if cost is None else float(cost), requests, ledger, Path(str(path)), float(stale))
+    return Budget(
+        None if cost is None else float(cost),
+        requests,
+        ledger,
+        Path(str(path)),
+        float(stale),
+        max_age,
+        sweep_file,
+    )

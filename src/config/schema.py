@@ -102,8 +102,10 @@ class Scoring:
             if unknown:
                 raise ConfigError(f"scoring.variants: unknown {unknown}; choose from {list(VARIANTS)}")
         resamples = data.get("bootstrap_resamples")
-        if isinstance(resamples, bool) or not isinstance(resamples, int) or not 1 <= resamples <= 1_000_000:
-            raise ConfigError(f"scoring.bootstrap_resamples: expected an integer in [1, 1000000], got {resamples!r}")
+        if isinstance(resamples, bool) or not isinstance(resamples, int) or not 1 <= resamples <= values.MAX_RESAMPLES:
+            raise ConfigError(
+                f"scoring.bootstrap_resamples: expected an integer in [1, {values.MAX_RESAMPLES}], got {resamples!r}"
+            )
         return cls(
             values.flag(data.get("lowercase"), "scoring.lowercase"),
             variants,

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
-
-import yaml
 
 #: The checkout (the folder holding ``src/``, ``conf/``, ``params.yaml`` and ``dvc.yaml``).
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -27,15 +24,3 @@ def conf_dir(*parts: str) -> Path:
 def project_file(name: str) -> Path:
     """A file at the checkout's root (``params.yaml``, ``dvc.yaml``, ``sweep.yaml``)."""
     return PROJECT_ROOT / name
-
-
-def config_default(dotted: str) -> Any:
-    """A value of ``conf/config.yaml`` as written (``mlflow.experiment``, ``warn_rate``): for the
-    entry points outside Hydra (fine-tuning, evaluation, analysis), which read the prompted runs'
-    one definition instead of a copy."""
-    node: Any = yaml.safe_load(conf_dir("config.yaml").read_text(encoding="utf-8")) or {}
-    for part in dotted.split("."):
-        if not isinstance(node, dict) or part not in node:
-            raise KeyError(f"{dotted!r} is not defined in {conf_dir('config.yaml')}")
-        node = node[part]
-    return node

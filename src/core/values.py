@@ -15,14 +15,14 @@ from src.core.errors import ConfigError
 from src.redact import redact_uris
 
 MAX_SEED = 2**32 - 1
+#: The most bootstrap resamples any setting or flag may ask for (memory and time stay bounded).
+MAX_RESAMPLES = 1_000_000
 
 
 def optional_int(value: Any) -> int | None:
-    """An integer, or None for ``None``/``null``/``none``/empty (argparse type and config values).
-
-    DVC renders a YAML null in a stage command as the word ``None``, and Hydra reads that
-    word as a string, so every ``--limit``-like option goes through here.
-    """
+    """An integer, or None for null (YAML's ``null``, an empty value, Python's None): the argparse
+    type and config check of every ``--limit``-like option. The word ``None`` is no null: no stage
+    command templates a setting (``tests/test_dvc_graph.py``), so it can only be a typo."""
     if value is None:
         return None
     if isinstance(value, bool):
@@ -30,7 +30,7 @@ def optional_int(value: Any) -> int | None:
     if isinstance(value, int):
         value = str(value)
     text = str(value).strip()
-    if text.lower() in ("", "null", "none"):
+    if text in ("", "null"):
         return None
     try:
         number = int(text)
@@ -42,7 +42,7 @@ def optional_int(value: Any) -> int | None:
 
 
 def count(value: Any, key: str, positive: bool = False) -> int | None:
-    """A non-negative (``positive``: > 0) integer or null (DVC writes a null as ``None``)."""
+    """A non-negative (``positive``: > 0) integer or null."""
     try:
         number = optional_int(value)
     except ValueError as error:

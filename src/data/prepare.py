@@ -8,13 +8,13 @@ The stage only: the building is :mod:`src.data.datasets`, the cutting :mod:`src.
 
 from __future__ import annotations
 
-import src.numerics_first  # noqa: F401  # isort: skip  (first: a stage's process is pinned before any library loads)
 import argparse
 from pathlib import Path
 
 from src.cli import setup_logging
-from src.core.params import load_params
+from src.core.settings import params_tree
 from src.data.datasets import build_datasets, write_datasets
+from src.launch import launch
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -22,10 +22,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--params", default="params.yaml", help="parameter file (the data and seed keys)")
     args = parser.parse_args(argv)
     setup_logging()
-    cfg = load_params(args.params)
+    cfg = params_tree(args.params)
     datasets = build_datasets(cfg, int(cfg["seed"]))
     write_datasets(datasets, Path(cfg["paths"]["prepared"]))
 
 
 if __name__ == "__main__":
-    main()
+    launch(main)

@@ -36,7 +36,6 @@ Every setting (seed, victim, query budget, criterion, ...) comes from ``params.y
 
 from __future__ import annotations
 
-import src.numerics_first  # noqa: F401  # isort: skip  (first: a stage's process is pinned before any library loads)
 import argparse
 import logging
 import time
@@ -61,6 +60,7 @@ from src.derive.sentence_similarity import load_sentence_model
 from src.derive.settings import resolve
 from src.derive.workers import default_workers, map_in_workers
 from src.finetune.predict import TokenClassifier
+from src.launch import launch
 from src.rounding import rounded
 from src.scoring.metrics import score_pairs
 from src.scoring.stats import paired_bootstrap
@@ -345,4 +345,4 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    launch(main)

@@ -54,7 +54,6 @@ prefix reuse are logged, not written, so a rerun from a full cache writes the sa
 
 from __future__ import annotations
 
-import src.numerics_first  # noqa: F401  # isort: skip  (first: a stage's process is pinned before any library loads)
 import argparse
 import contextlib
 import logging
@@ -84,6 +83,7 @@ from src.derive.rewrite_prompts import EDIT_KINDS, KIND_PROMPTS, instance_kinds,
 from src.derive.sentence_similarity import MiniLMSentenceSimilarity, Similarity
 from src.derive.settings import resolve
 from src.derive.typo_rule import RULE_KIND, char_noise_rule
+from src.launch import launch
 
 log = logging.getLogger(__name__)
 
@@ -432,4 +432,4 @@ def main(argv: Sequence[str] | None = None, similarity: Similarity | None = None
 
 
 if __name__ == "__main__":
-    main()
+    launch(main)

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import nltk
 
+from src.core.errors import ConfigError
 from src.core.locate import PROJECT_ROOT
-from src.core.params import lookup
+from src.core.settings import load_params
 
 REPO_ROOT = PROJECT_ROOT
 
@@ -21,8 +22,8 @@ REPO_ROOT = PROJECT_ROOT
 def default_nltk_data() -> Path:
     """``<paths.raw>/nltk_data`` from params.yaml (``data/raw`` when there is no params file)."""
     try:
-        raw = lookup("paths.raw")
-    except (FileNotFoundError, KeyError):
+        raw = load_params().paths.raw
+    except ConfigError:
         raw = "data/raw"
     path = Path(raw) / "nltk_data"
     return path if path.is_absolute() else REPO_ROOT / path

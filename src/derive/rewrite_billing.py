@@ -22,8 +22,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from src.backends import options as backend_options
 from src.backends.endpoint import API_BACKENDS
 from src.billing.forecast import forecast_configuration
@@ -31,10 +29,11 @@ from src.billing.ledger import Budget
 from src.billing.meter import Meter
 from src.billing.prices import Price, TokenCounter, price_age_warning, price_from_block
 from src.billing.session import PaidSession
-from src.config.budget import budget_from_mapping, price_max_age_days, uncapped_sweep
+from src.config.budget import budget_from_mapping, uncapped_sweep
 from src.core.errors import ConfigError
 from src.core.locate import conf_dir
 from src.core.requests import ChatRequest
+from src.core.settings import config_default, read_yaml
 from src.data.schema import Record
 from src.derive.rewrite_prompts import instance_kinds, rewrite_request
 
@@ -53,7 +52,7 @@ def read_model_file(path: Path) -> dict[str, Any]:
     """A ``conf/model`` file as Hydra composes it for ``src.run``: the defaults its
     ``/backend_options/NAME@options`` entry names (:data:`src.backends.options.GROUPS`) under the
     file's own ``options``; any other ``defaults`` entry is an error, not silently dropped."""
-    config = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    config = read_yaml(path)
     defaults: dict[str, Any] = {}
     for entry in config.pop("defaults", None) or []:
         if entry == "_self_":
@@ -110,8 +109,7 @@ def is_paid(backend_name: str) -> bool:
 def budget_block(sweep_file: str | Path, ledger_file: str | Path | None = None) -> dict[str, Any]:
     """``budget`` of conf/config.yaml with the sweep file whose caps and profile name (the ledger)
     hold for the rewriting, as for the pipeline's runs."""
-    config = yaml.safe_load(conf_dir("config.yaml").read_text(encoding="utf-8")) or {}
-    block = dict(config.get("budget") or {})
+    block = dict(config_default("budget"))
     block["sweep_file"] = str(sweep_file)
     if ledger_file is not None:
         block["ledger_file"] = str(ledger_file)
@@ -123,12 +121,12 @@ def start_session(
 ) -> PaidSession:
     """The rewriter's paid session, its ceiling reserved (ConfigError: the one ``budget: ...`` line)
     and its meter the backend's. Logs the plan and the price's age first."""
-    warning = price_age_warning(generator, price, price_max_age_days(block))
+    budget: Budget = budget_from_mapping(block)
+    warning = price_age_warning(generator, price, budget.price_max_age_days)
     if warning:
         log.warning("%s", warning)
-    budget: Budget = budget_from_mapping(block)
     plan = rewrite_plan(name, backend, requests, price)
-    session = PaidSession(name, Meter(price, TokenCounter()), budget, sweep=uncapped_sweep(block), keep_journal=True)
+    session = PaidSession(name, Meter(price, TokenCounter()), budget, sweep=uncapped_sweep(budget), keep_journal=True)
     ceiling = plan["ceiling_cost_usd"]
     log.info(
         "%s: %d requests at most, %d cached, %d to send (%s mode), ceiling %s",

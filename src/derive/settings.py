@@ -15,11 +15,9 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-import yaml
+from src.core.errors import ConfigError
+from src.core.settings import PARAMS_FILE, SWEEP_FILE, load_params, load_sweep
 
-from src.core.params import PARAMS_FILE
-
-SWEEP_FILE = PARAMS_FILE.parent / "sweep.yaml"
 #: The top-level params keys a stage reads besides its own ``derive.<stage>`` block.
 SHARED_KEYS: dict[str, tuple[str, ...]] = {"adv": ("victim",), "adv_p": (), "voc": ()}
 #: Per stage, the settings a sweep profile chooses: setting -> key of the ``sweep`` block.
@@ -34,37 +32,23 @@ def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _read(path: str | Path) -> dict[str, Any]:
-    data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: not a mapping")
-    return data
-
-
 def stage_settings(stage: str, params: str | Path = PARAMS_FILE, sweep: str | Path = SWEEP_FILE) -> dict[str, Any]:
     """Every setting of ``stage`` as the params and sweep files define it (one flat mapping)."""
-    values = _read(params)
-    derive = values.get("derive")
-    if not isinstance(derive, dict) or not isinstance(derive.get(stage), dict):
-        raise ValueError(f"{params}: no derive.{stage} mapping")
-    sweep_block = _read(sweep).get("sweep")
-    if not isinstance(sweep_block, dict) or "derive_limit" not in sweep_block:
-        raise ValueError(f"{sweep}: no sweep.derive_limit")
-    if "seed" not in values:
-        raise ValueError(f"{params}: no seed")
+    values, profile_block = load_params(params), load_sweep(sweep)
+    block = values.derive.get(stage)
+    if not isinstance(block, dict):
+        raise ConfigError(f"{params}: derive.{stage}: expected a mapping of the stage's settings")
     shared = {}
     for key in SHARED_KEYS.get(stage, ()):
-        if key not in derive:
-            raise ValueError(f"{params}: no derive.{key}")
-        shared[key] = derive[key]
+        if key not in values.derive:
+            raise ConfigError(f"{params}: derive.{key}: missing")
+        shared[key] = values.derive[key]
     profile = {}
     for key, sweep_key in PROFILE_KEYS.get(stage, {}).items():
-        if key in derive[stage]:
-            raise ValueError(f"{params}: derive.{stage}.{key} is chosen by the profile (sweep.{sweep_key})")
-        if sweep_key not in sweep_block:
-            raise ValueError(f"{sweep}: no sweep.{sweep_key}")
-        profile[key] = sweep_block[sweep_key]
-    return {"seed": values["seed"], "limit": sweep_block["derive_limit"], **shared, **derive[stage], **profile}
+        if key in block:
+            raise ConfigError(f"{params}: derive.{stage}.{key} is chosen by the profile (sweep.{sweep_key})")
+        profile[key] = getattr(profile_block, sweep_key)
+    return {"seed": values.seed, "limit": profile_block.derive_limit, **shared, **block, **profile}
 
 
 def resolve(parser: argparse.ArgumentParser, args: argparse.Namespace, stage: str) -> argparse.Namespace:
@@ -77,7 +61,7 @@ def resolve(parser: argparse.ArgumentParser, args: argparse.Namespace, stage: st
     actions = {action.dest: action for action in parser._actions}
     try:
         settings = stage_settings(stage, args.params, args.sweep)
-    except (OSError, ValueError, yaml.YAMLError) as exc:
+    except ValueError as exc:
         parser.error(str(exc))
     for key, value in settings.items():
         action = actions.get(key)

@@ -15,7 +15,6 @@ The seed, ``rare_max_count`` and the instance limit come from ``params.yaml`` (`
 
 from __future__ import annotations
 
-import src.numerics_first  # noqa: F401  # isort: skip  (first: a stage's process is pinned before any library loads)
 import argparse
 import logging
 import random
@@ -31,6 +30,7 @@ from src.data.text import word_offsets, words
 from src.derive.alignment import TextEdit, apply_edits, derived_record, shift_spans
 from src.derive.outputs import add_base_arguments, read_base, write_derived
 from src.derive.settings import resolve
+from src.launch import launch
 
 log = logging.getLogger(__name__)
 
@@ -256,4 +256,4 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    launch(main)

@@ -9,7 +9,6 @@ run ``{model}-finetuned`` (strategy ``finetuned``) with the same metrics and art
 
 from __future__ import annotations
 
-import src.numerics_first  # noqa: F401  # isort: skip  (first: a stage's process is pinned before any library loads)
 import argparse
 import logging
 import sys
@@ -18,15 +17,16 @@ from pathlib import Path
 from typing import Any
 
 from src import study
-from src.cli import MAX_RESAMPLES, OneLineArgumentParser, bounded_int, seed_type, setup_logging
+from src.cli import MAX_RESAMPLES, UNSET, OneLineArgumentParser, bounded_int, seed_type, setup_logging
 from src.core.locate import project_relative
-from src.core.params import lookup
+from src.core.settings import config_default, load_params, load_sweep
 from src.core.values import optional_int
 from src.data.schema import read_records
 from src.data.splits import subset_by_id
 from src.finetune.mlflow_logging import find_training_run, weights_digest
 from src.finetune.models import MODEL_SPECS
 from src.finetune.predict import TokenClassifier
+from src.launch import launch
 from src.scoring.evaluate import InstanceOutput
 from src.scoring.system import DatasetPlan, ScoringOptions, SystemOutput
 from src.tracking.evaluation import RunRecord, evaluate_configuration, write_summary
@@ -167,24 +167,41 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--checkpoints", type=Path, default=Path("models/finetuned"))
     parser.add_argument("--prepared", type=Path, default=None, help="default: paths.prepared of params.yaml")
     parser.add_argument("--derived", type=Path, default=None, help="default: paths.derived of params.yaml")
-    parser.add_argument("--limit", type=optional_int, default=None, help="instances per dataset (seeded subset by id)")
+    parser.add_argument(
+        "--limit",
+        type=optional_int,
+        default=UNSET,
+        help="instances per dataset (seeded subset by id); default: the --sweep profile's eval_limit, else all",
+    )
     parser.add_argument("--seed", type=seed_type, default=None, help="default: seed of params.yaml")
     parser.add_argument(
-        "--resamples", type=bounded_int(1, MAX_RESAMPLES), default=1000, help="bootstrap resamples for the F1 interval"
+        "--resamples",
+        type=bounded_int(1, MAX_RESAMPLES),
+        default=None,
+        help="bootstrap resamples for the F1 interval (default: conf/config.yaml scoring.bootstrap_resamples)",
     )
     parser.add_argument("--variants", nargs="*", default=[], help="extra scorer variants (src/scoring/variants.py)")
     parser.add_argument("--batch-size", type=bounded_int(1, 4096), default=32)
     parser.add_argument("--experiment", default=None, help="MLflow experiment (default: conf/config.yaml's)")
     parser.add_argument("--tracking-uri", default=None)
-    parser.add_argument("--profile", default=None, help="the sweep profile (its MLflow parent run); set by dvc.yaml")
+    parser.add_argument(
+        "--sweep", default=None, help="the sweep profile (sweep.eval_limit, and sweep.profile: the MLflow parent run)"
+    )
     parser.add_argument("--summary", type=Path, default=None, help="write the DVC-tracked metrics summary here")
     parser.add_argument(
         "--evidence", type=Path, default=None, help="write the run's evidence folder here (src/tracking/evidence.py)"
     )
     args = parser.parse_args(argv)
-    args.prepared = args.prepared or Path(lookup("paths.prepared"))
-    args.derived = args.derived or Path(lookup("paths.derived"))
-    args.seed = int(lookup("seed")) if args.seed is None else args.seed
+    params = load_params()
+    profile = load_sweep(args.sweep) if args.sweep else None
+    if args.limit is UNSET:
+        args.limit = profile.eval_limit if profile else None
+    args.profile = profile.profile if profile else None
+    args.prepared = args.prepared or Path(params.paths.prepared)
+    args.derived = args.derived or Path(params.paths.derived)
+    args.seed = params.seed if args.seed is None else args.seed
+    if args.resamples is None:
+        args.resamples = int(config_default("scoring.bootstrap_resamples"))
     args.experiment = default_experiment() if args.experiment is None else args.experiment
     setup_logging()
     try:
@@ -198,4 +215,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    launch(main)

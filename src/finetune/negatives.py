@@ -26,8 +26,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from src.core.settings import params_tree
 from src.data.records import for_task, segmented_records
 from src.data.schema import Record, read_records
 from src.data.segment import load_segmenter
@@ -44,7 +43,7 @@ def params_mapping(params: str | Path | Mapping[str, Any]) -> dict[str, Any]:
     """A parameter mapping, or the parsed parameter file it names."""
     if isinstance(params, Mapping):
         return dict(params)
-    return yaml.safe_load(Path(params).read_text(encoding="utf-8")) or {}
+    return params_tree(params)
 
 
 def _pool_key(params: Mapping[str, Any]) -> str:

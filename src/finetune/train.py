@@ -31,7 +31,6 @@ writes the checkpoint and the summary, and logs the run (:mod:`src.finetune.mlfl
 
 from __future__ import annotations
 
-import src.numerics_first  # noqa: F401  # isort: skip  (first: a stage's process is pinned before any library loads)
 import argparse
 import json
 import logging
@@ -43,8 +42,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from src.cli import setup_logging
-from src.core.params import PARAMS_FILE
+from src.cli import UNSET, setup_logging
+from src.core.settings import PARAMS_FILE, load_sweep
 from src.core.values import optional_int
 from src.data.schema import Record, read_records
 from src.finetune.bio import span_label_for_task, tag_set
@@ -70,6 +69,7 @@ from src.finetune.models import get_spec, load_model, load_tokenizer
 from src.finetune.negatives import negative_sentences, params_mapping, with_negatives
 from src.finetune.predict import model_window, save_label_map
 from src.finetune.train_config import TrainConfig, load_config, parse_overrides, schedule
+from src.launch import launch
 from src.rounding import rounded
 from src.study import TOKEN_CLASSIFIER_TASKS
 
@@ -352,10 +352,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--limit",
         type=optional_int,
-        default=None,
+        default=UNSET,
         help="use only the first N train and N val records with targets (and the target-free "
-        "sentences of their documents); 'null': all, for DVC templating",
+        "sentences of their documents); 'null': all; default: the --sweep profile's train_limit, else all",
     )
+    parser.add_argument("--sweep", default=None, help="the sweep profile whose sweep.train_limit applies (dvc.yaml)")
     parser.add_argument("--train-file", default=None, help="default: <data_dir>/<task>/train.jsonl")
     parser.add_argument("--val-file", default=None, help="default: <data_dir>/<task>/val.jsonl")
     parser.add_argument(
@@ -372,6 +373,8 @@ def main(argv: list[str] | None = None) -> int:
         "--evidence", default=None, help="write the training run's evidence folder here (a DVC output; restorable)"
     )
     args = parser.parse_args(argv)
+    if args.limit is UNSET:
+        args.limit = load_sweep(args.sweep).train_limit if args.sweep else None
     setup_logging(timestamps=True)
     # A terminated training (kill, a DVC or CI timeout) unwinds, so its MLflow run is closed as KILLED.
     previous = signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
@@ -404,4 +407,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    launch(main)

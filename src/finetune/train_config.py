@@ -25,7 +25,7 @@ from typing import Any
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from src.core.params import PARAMS_FILE
+from src.core.settings import PARAMS_FILE, read_yaml
 
 REPORT_CHOICES = ("mlflow", "none")
 
@@ -132,9 +132,7 @@ def load_config(
     (values one model needs, e.g. a higher learning rate for the small MiniLM), then
     ``overrides``.
     """
-    values = OmegaConf.to_container(OmegaConf.load(params)) or {}
-    if not isinstance(values, dict):
-        raise ValueError(f"{params}: not a mapping")
+    values = read_yaml(params)
     block = values.get("finetune") or {}
     if not isinstance(block, dict):
         raise ValueError(f"{params}: 'finetune' must be a mapping")

@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from src.core.locate import PROJECT_ROOT, project_relative
-from src.core.params import lookup
+from src.core.settings import load_params
 from src.scoring.calibrated import minimum_documents
 from src.scoring.clustered import cluster_index, cluster_sums
 from src.scoring.stats import all_pairs_bootstrap, resample_counts
@@ -175,9 +175,10 @@ def power_beside_cost(plans: Sequence[Mapping[str, Any]], pilot: Sequence[Path |
     if not present:
         where = ", ".join(project_relative(f) or str(f) for f in folders)
         return [f"power: no pilot evidence under {where} (run a pilot profile, e.g. the default one, first)"]
-    delta, alpha, power = (float(lookup(f"analysis.{key}")) for key in ("margin", "alpha", "power"))
+    settings = load_params()
+    delta, alpha, power = settings.analysis.margin, settings.analysis.alpha, settings.analysis.power
     try:
-        needed = instances_needed(present, delta, alpha, power, seed=int(lookup("seed")))
+        needed = instances_needed(present, delta, alpha, power, seed=settings.seed)
     except (ValueError, KeyError) as error:
         return [f"power: the pilot evidence could not be read: {' '.join(str(error).split())}"]
     head = f"to detect a difference of {delta} F1 (analysis.margin) at alpha {alpha} with power {power}"

@@ -27,13 +27,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from src import study
 from src.backends import create_backend
 from src.backends.cache import CachedBackend, ResponseCache
 from src.config.schema import RunConfig
-from src.core.params import PARAMS_FILE
+from src.core.settings import PARAMS_FILE, SweepProfile, load_sweep, params_tree
 from src.data.datasets import build_datasets, write_datasets
 from src.data.schema import Record, read_records, write_records
 from src.data.splits import subset_by_id
@@ -89,9 +87,9 @@ def stand_in(record: Record, name: str) -> Record:
     return dataclasses.replace(record, text=f"{record.text} [{name}]")
 
 
-def adv_p_generator(profile: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+def adv_p_generator(profile: SweepProfile) -> tuple[str, dict[str, Any]]:
     """(name, model file as Hydra composes it) of the profile's ``sweep.adv_p_generator``."""
-    name = str(profile.get("adv_p_generator"))
+    name = profile.adv_p_generator
     return name, read_model_file(model_config_path_of(name))
 
 
@@ -108,7 +106,7 @@ def prepared_sets(config: RunConfig, parts: ProfileParts) -> Path:
     ]
     if all(path.is_file() for path in needed):
         return prepared
-    params = yaml.safe_load(PARAMS_FILE.read_text(encoding="utf-8"))
+    params = params_tree()
     raw = [Path(str(value)) for key, value in params["data"].items() if key.endswith("_dir") and value]
     absent = [str(path) for path in raw if not path.is_dir()]
     if absent:
@@ -125,11 +123,11 @@ def prepared_sets(config: RunConfig, parts: ProfileParts) -> Path:
     return parts.prepared
 
 
-def derived_sets(profile: dict[str, Any], config: RunConfig) -> ProfileParts:
+def derived_sets(profile: SweepProfile, config: RunConfig) -> ProfileParts:
     """The prepared sets (built for the plan when absent) and the derived sets the profile's
     configurations will read: built ones where they were built for this profile, stand-ins for
     the others (see the module doc)."""
-    limit, seed = profile.get("derive_limit"), config.seed
+    limit, seed = profile.derive_limit, config.seed
     parts = ProfileParts()
     prepared = prepared_sets(config, parts)
     generator = adv_p_generator(profile)[1]
@@ -160,7 +158,7 @@ def derived_sets(profile: dict[str, Any], config: RunConfig) -> ProfileParts:
     return parts
 
 
-def rewriting_plans(profile_file: Path, profile: dict[str, Any], config: RunConfig) -> list[dict[str, Any]]:
+def rewriting_plans(profile_file: Path, profile: SweepProfile, config: RunConfig) -> list[dict[str, Any]]:
     """The plan of the ``adv_p`` stage per task when its generator is an API model (none for a
     local generator: it costs nothing). Nothing is sent; a missing key is a placeholder."""
     name, model_file = adv_p_generator(profile)
@@ -194,12 +192,6 @@ def rewriting_plans(profile_file: Path, profile: dict[str, Any], config: RunConf
     return plans
 
 
-def read_profile(path: Path) -> dict[str, Any]:
-    """The ``sweep`` block of a profile file (ValueError: not a profile)."""
-    try:
-        profile = (yaml.safe_load(path.read_text(encoding="utf-8")) or {})["sweep"]
-    except (OSError, yaml.YAMLError, KeyError, TypeError) as error:
-        raise ValueError(f"--sweep {path}: not a sweep profile ({type(error).__name__}: {error})") from None
-    if not isinstance(profile, dict):
-        raise ValueError(f"--sweep {path}: not a sweep profile (sweep is not a mapping)")
-    return profile
+def read_profile(path: Path) -> SweepProfile:
+    """The ``sweep`` block of a profile file, checked (ConfigError: one line naming the key)."""
+    return load_sweep(path)

@@ -21,8 +21,8 @@ from src import study as vocabulary
 from src.report import comparisons, rq
 from src.report.provenance import is_dirty
 from src.report.results import RunResults
-from src.report.robustness import DEFAULT_FLIP_THRESHOLD, robustness_table
-from src.report.uncertainty import DEFAULT_POWER, interval_widths, power_table, rq2_intervals
+from src.report.robustness import robustness_table
+from src.report.uncertainty import interval_widths, power_table, rq2_intervals
 from src.scoring.clustered import DOCUMENT, INSTANCE
 
 #: The two multiple-comparison families: RQ1-RQ3 over prompted configurations, and fine-tuned models among themselves.
@@ -39,10 +39,10 @@ class AnalysisSettings:
     seed: int
     alpha: float
     correction: str
-    margin: float = comparisons.DEFAULT_MARGIN
-    unit: str = DOCUMENT
-    power: float = DEFAULT_POWER
-    flip_threshold: float = DEFAULT_FLIP_THRESHOLD
+    margin: float
+    unit: str
+    power: float
+    flip_threshold: float
 
 
 @dataclass
@@ -153,14 +153,15 @@ def run_analysis(
     seed: int,
     alpha: float,
     correction: str,
-    dimensions: dict[str, list[str]] | None = None,
-    margin: float = comparisons.DEFAULT_MARGIN,
+    *,
+    margin: float,
+    power: float,
+    flip_threshold: float,
     unit: str = DOCUMENT,
-    power: float = DEFAULT_POWER,
-    flip_threshold: float = DEFAULT_FLIP_THRESHOLD,
+    dimensions: dict[str, list[str]] | None = None,
 ) -> Analysis:
     """Compute RQ1-RQ3 and the fine-tuned comparisons from loaded run results (no file is written);
-    the settings' defaults are params.yaml's ``analysis`` block, read by :mod:`src.analyze`."""
+    every setting is given: their values are params.yaml's ``analysis`` block, read by :mod:`src.analyze`."""
     if correction not in comparisons.CORRECTIONS:
         raise ValueError(f"unknown correction {correction!r}; choose one of {sorted(comparisons.CORRECTIONS)}")
     timings = {}
@@ -220,7 +221,9 @@ def run_analysis(
     analysis.power = power_table((family, finetuned), alpha, power)
     analysis.widths = interval_widths(results.datasets, resamples, seed)
     analysis.results = dataclasses.replace(results, scores=with_intervals(results.scores, analysis.widths, unit))
-    analysis.robustness = robustness_table(results.datasets, resamples, seed, flip_threshold, unit, alpha)
+    analysis.robustness = robustness_table(
+        results.datasets, resamples, seed, threshold=flip_threshold, alpha=alpha, unit=unit
+    )
     analysis.rq2_intervals = rq2_intervals(results.datasets, f1, groups, resamples, seed)
     timings["analysis_s"] = time.perf_counter() - started
     return analysis

@@ -44,12 +44,6 @@ CORRECTIONS = {"holm": holm, "bh": benjamini_hochberg}
 CORRECTION_NAMES = {"none": "raw p", "holm": "Holm", "bh": "Benjamini-Hochberg"}
 #: The outcome of a pair that shares no instance on a dataset (counted in no outcome share).
 UNTESTED = "untested"
-#: The equivalence margin when none is given: params.yaml ``analysis.equivalence_margin`` (docs/scoring.md).
-DEFAULT_MARGIN = 0.02
-#: The significance level when none is given: params.yaml ``analysis.alpha``.
-DEFAULT_ALPHA = 0.05
-#: The power MDDs are stated at when none is given: params.yaml ``analysis.power``.
-DEFAULT_POWER = 0.8
 
 
 @dataclass
@@ -192,10 +186,11 @@ def pairwise_tests(
     datasets: Mapping[str, object],
     resamples: int,
     seed: int,
-    margin: float = DEFAULT_MARGIN,
+    *,
+    margin: float,
+    alpha: float,
+    power: float,
     unit: str = DOCUMENT,
-    alpha: float = DEFAULT_ALPHA,
-    power: float = DEFAULT_POWER,
     permutations: int = DEFAULT_PERMUTATIONS,
     min_documents: int = MIN_DOCUMENTS,
 ) -> dict[str, PairwiseTests]:
@@ -452,9 +447,10 @@ def comparison_family(
     seed: int,
     alpha: float,
     correction: str,
-    margin: float = DEFAULT_MARGIN,
+    *,
+    margin: float,
+    power: float,
     unit: str = DOCUMENT,
-    power: float = DEFAULT_POWER,
     permutations: int = DEFAULT_PERMUTATIONS,
     min_documents: int = MIN_DOCUMENTS,
 ) -> ComparisonFamily:
@@ -464,12 +460,12 @@ def comparison_family(
         {k: d for k, d in chosen.items() if len(d.configs) >= 2},
         resamples,
         seed,
-        margin,
-        unit,
-        alpha,
-        power,
-        permutations,
-        min_documents,
+        margin=margin,
+        alpha=alpha,
+        power=power,
+        unit=unit,
+        permutations=permutations,
+        min_documents=min_documents,
     )
     adjusted = directional_adjusted(tests, correction)
     equivalence = equivalence_adjusted(tests, correction)

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from src.core import values
-from src.core.locate import config_default
+from src.core.settings import config_default
 from src.report import comparisons, rq
 from src.rounding import rounded
 from src.runs.closing_lines import WATCHED

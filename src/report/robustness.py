@@ -36,8 +36,6 @@ from src.scoring.metrics import precision_recall_f1
 from src.scoring.stats import resample_counts
 from src.study import DERIVED_DATASETS
 
-#: A per-instance F1 drop above this counts as a flip (params.yaml ``analysis.flip_threshold``).
-DEFAULT_FLIP_THRESHOLD = 0.5
 ALL_SHIFTS = "all"
 METRICS = ("flip_rate", "drop_rate", "worst_f1")
 COLUMNS = [
@@ -104,9 +102,10 @@ def robustness_table(
     datasets: Mapping[str, object],
     resamples: int,
     seed: int,
-    threshold: float = DEFAULT_FLIP_THRESHOLD,
+    *,
+    threshold: float,
+    alpha: float,
     unit: str = DOCUMENT,
-    alpha: float = 0.05,
 ) -> pd.DataFrame:
     """One row per (task, shift, configuration) scored on base and the shifted set(s) with shared ids
     (intervals at 95%; ``alpha`` sets the minimum documents an interval needs)."""

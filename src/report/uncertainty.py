@@ -22,8 +22,6 @@ from src.rounding import rounded
 from src.scoring.clustered import DOCUMENT, INSTANCE, RESAMPLE_UNITS, resampling_units
 from src.scoring.stats import bootstrap_f1_matrix, percentile_interval, resample_counts
 
-#: The power the minimum detectable differences are stated at (params.yaml ``analysis.power``).
-DEFAULT_POWER = 0.8
 #: Resamples of RQ2's mean-rho interval at most: each ranks every configuration on every dataset, and the
 #: 2.5% and 97.5% quantiles of a mean are steady by then (Monte-Carlo error ~0.005 rho).
 RQ2_RESAMPLES = 2000
@@ -95,7 +93,7 @@ def interval_widths(datasets: Mapping[str, object], resamples: int, seed: int) -
     return intervals
 
 
-def power_table(families: Sequence[object], alpha: float, power: float = DEFAULT_POWER) -> pd.DataFrame:
+def power_table(families: Sequence[object], alpha: float, power: float) -> pd.DataFrame:
     """Per family and dataset: tested pairs, median resampling units, median jackknife standard error of
     the delta (``median_delta_sd``) and the median MDD."""
     rows = []

@@ -25,7 +25,7 @@ from src.billing.earlier import EarlierAttempts
 from src.billing.ledger import journals_folder, spent, usd
 from src.billing.prices import price_age_warning
 from src.billing.session import PaidSession
-from src.config.budget import price_max_age_days, uncapped_sweep
+from src.config.budget import uncapped_sweep
 from src.config.schema import RunConfig
 from src.core.errors import ConfigError
 from src.runs.closing_lines import run_closing_lines
@@ -167,20 +167,22 @@ def reserve_plan(
     or when a paid sweep profile sets no cap), the meter attached; the reservation recorded in
     the plan."""
     budget = config.budget
-    block = dict(config.raw.get("budget") or {})
-    stale_price = price_age_warning(config.model.name, config.model.price, price_max_age_days(block))
+    stale_price = price_age_warning(config.model.name, config.model.price, budget.price_max_age_days)
     if stale_price:
         log.warning("%s", stale_price)
     before = spent(budget)
     session = PaidSession(
-        config.run_name, system.meter, budget, sweep=uncapped_sweep(block), keep_journal=True, scope=scope
+        config.run_name, system.meter, budget, sweep=uncapped_sweep(budget), keep_journal=True, scope=scope
     )
     # a resumed run's own batches (holding its requests): their holds are its reservation
     in_flight = open_batches(system.backend, [r for p in plans for r in system.requests(p)])
     reservation = session.reserve(plan["ceiling_cost_usd"], int(plan["to_send"]), in_flight)
     session.attach(system.backend)
     plan["budget"] = {
-        **{k: v for k, v in budget.__dict__.items() if k != "ledger_file"},
+        "max_cost_usd": budget.max_cost_usd,
+        "max_requests": budget.max_requests,
+        "ledger": budget.ledger,
+        "stale_after_s": budget.stale_after_s,
         "ledger_file": None if budget.ledger_file is None else str(budget.ledger_file),
         "spent_before": before,
         "reserved": {"cost_usd": reservation.cost_usd, "requests": reservation.requests},

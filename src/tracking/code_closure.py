@@ -9,9 +9,11 @@ rule lives here once (plain ``ast``: nothing is imported).
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 from src.core.locate import PROJECT_ROOT
+from src.launch import STAGES
 
 ROOT = PROJECT_ROOT
 #: Packages whose members are chosen at run time by name (a registry): a stage that imports
@@ -79,3 +81,29 @@ def code_deps(module: str) -> list[str]:
         if any(p.startswith(package + "/") for p in needed):
             needed = {p for p in needed if not p.startswith(package + "/")} | {package}
     return sorted(needed) + list(ENVIRONMENT_FILES)
+
+
+#: The launcher's own file: part of the code of every stage it dispatches (``python -m src STAGE``).
+LAUNCHER_FILE = "src/__main__.py"
+
+
+def command_module(command: str) -> str:
+    """The ``src`` module a stage's command runs: ``python -m src STAGE`` (the launcher,
+    :data:`src.launch.STAGES`) or ``python -m src.MODULE``; ValueError for any other command."""
+    found = re.search(r"python -m (src[\w.]*)(?:\s+(\w+))?", command)
+    if not found:
+        raise ValueError(f"the command runs no src module: {command}")
+    if found[1] != "src":
+        return found[1]
+    if found[2] not in STAGES:
+        raise ValueError(f"python -m src {found[2]}: no such stage (the stages: {', '.join(STAGES)})")
+    return STAGES[found[2]]
+
+
+def command_deps(command: str) -> list[str]:
+    """The code deps of a stage's command: its module's (:func:`code_deps`), and the launcher
+    when the command goes through it."""
+    deps = code_deps(command_module(command))
+    if re.search(r"python -m src\s", command):
+        deps = sorted({*deps[: -len(ENVIRONMENT_FILES)], LAUNCHER_FILE}) + list(ENVIRONMENT_FILES)
+    return deps

@@ -29,7 +29,8 @@ from urllib.parse import unquote, urlsplit
 from filelock import FileLock
 
 from src.core.digest import digest, files_digest
-from src.core.locate import PROJECT_ROOT, config_default
+from src.core.locate import PROJECT_ROOT
+from src.core.settings import config_default
 from src.redact import (
     REDACTED as REDACTED,  # re-exported: callers and tests name it here
     SECRET_KEY_PATTERN,

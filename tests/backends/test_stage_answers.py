@@ -25,7 +25,7 @@ from src.backends.openai_backend import OpenAIBackend
 from src.backends.stage_answers import ANSWERS_ENV, StageAnswers
 from src.core.errors import ConfigError
 from src.core.requests import ChatRequest
-from src.tracking.code_closure import code_deps
+from src.tracking.code_closure import command_deps
 from tests.helpers.openai_server import FakeOpenAIServer
 from tests.helpers.paths import REPO_ROOT
 from tests.helpers.smoke_project import pipeline_env
@@ -171,8 +171,7 @@ def test_every_stage_that_generates_keeps_its_answers_as_a_persistent_output():
     declares that folder as its own output with ``persist: true`` (kept for the re-run to seed from)."""
     generating = []
     for name, stage in _stages().items():
-        module = re.search(r"python -m (src[\w.]*)", stage["cmd"]).group(1)
-        deps = code_deps(module)
+        deps = command_deps(stage["cmd"])
         if "src/backends" not in deps and "src/backends/cache.py" not in deps:  # the package, or the file
             continue
         generating.append(name)

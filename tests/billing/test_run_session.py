@@ -17,12 +17,14 @@ from tests.helpers.resumable_run import answer, command, env, records
 
 def _run(workspace: Path, server: FakeOpenAIServer, max_cost_usd: float | None) -> subprocess.CompletedProcess:
     profile = workspace / "sweep.yaml"
-    profile.write_text(yaml.safe_dump({"sweep": {"profile": "paper", "max_cost_usd": max_cost_usd}}))
-    settings = [f"budget.sweep_file={profile}", f"budget.ledger_file={workspace / 'spend.json'}"]
+    sweep = yaml.safe_load((REPO_ROOT / "sweep.yaml").read_text(encoding="utf-8"))["sweep"]
+    profile.write_text(yaml.safe_dump({"sweep": {**sweep, "profile": "paper", "max_cost_usd": max_cost_usd}}))
+    # the profile's overrides come first (src.config.profile): its provider is the loopback server
+    settings = [f"budget.sweep_file={profile}", f"budget.ledger_file={workspace / 'spend.json'}", "provider=custom"]
     return subprocess.run(
         [*command(workspace, server), *settings],
         cwd=REPO_ROOT,
-        env={**env(), "TEMPGEN_TODAY": "2026-12-04"},
+        env={**env(), "TEMPGEN_TODAY": "2026-12-04", "TEMPGEN_BASE_URL": server.base_url, "TEMPGEN_SERVED_MODEL": "m"},
         capture_output=True,
         text=True,
         timeout=300,

@@ -16,7 +16,7 @@ from src.billing.ledger import Budget, read_ledger
 from src.billing.meter import Meter
 from src.billing.prices import Price
 from src.billing.session import PaidSession, paid_sweep_problem
-from src.config.budget import uncapped_sweep
+from src.config.budget import budget_from_mapping, uncapped_sweep
 from src.core.errors import ConfigError
 from tests.helpers.paths import REPO_ROOT
 from tests.helpers.signals import ctrl_c_as_in_a_terminal
@@ -91,20 +91,24 @@ def test_settle_is_once_and_usage_counts_billed_retries_not_cached_answers(tmp_p
 
 def test_a_paid_plan_under_an_uncapped_profile_is_refused(tmp_path: Path):
     profile = tmp_path / "p.yaml"
-    profile.write_text(yaml.safe_dump({"sweep": {"profile": "paper", "max_cost_usd": None}}))
-    block = {"sweep_file": str(profile)}
-    assert uncapped_sweep(block) == ("paper", str(profile))
-    line = paid_sweep_problem(uncapped_sweep(block), "adv_p timex", 3.79, 1200)
+    sweep = yaml.safe_load((REPO_ROOT / "sweep.yaml").read_text(encoding="utf-8"))["sweep"]
+    profile.write_text(yaml.safe_dump({"sweep": {**sweep, "profile": "paper", "max_cost_usd": None}}))
+    block = {"sweep_file": str(profile), "ledger_file": str(tmp_path / "spend.json"), "stale_after_s": 600}
+    block["price_max_age_days"] = 90
+    assert uncapped_sweep(budget_from_mapping(block)) == ("paper", str(profile))
+    line = paid_sweep_problem(uncapped_sweep(budget_from_mapping(block)), "adv_p timex", 3.79, 1200)
     assert line.startswith("budget: profile 'paper' sends paid requests and sets no cap:")
     assert "up to $3.79 (1200 requests)" in line and f"set sweep.max_cost_usd in {profile}" in line
-    assert paid_sweep_problem(uncapped_sweep(block), "local", 0.0, 1200) is None  # free: no cap needed
+    assert paid_sweep_problem(uncapped_sweep(budget_from_mapping(block)), "local", 0.0, 1200) is None  # free
     budget = Budget(None, None, None, tmp_path / "spend.json", 600.0)
-    session = PaidSession("adv_p timex", Meter(Price(1.0, 1.0)), budget, sweep=uncapped_sweep(block))
+    session = PaidSession(
+        "adv_p timex", Meter(Price(1.0, 1.0)), budget, sweep=uncapped_sweep(budget_from_mapping(block))
+    )
     with pytest.raises(ConfigError, match="sets no cap"):
         session.reserve(3.79, 1200)
     assert not (tmp_path / "spend.json").exists()
-    profile.write_text(yaml.safe_dump({"sweep": {"profile": "paper", "max_cost_usd": 300}}))
-    assert uncapped_sweep(block) is None and uncapped_sweep({}) is None
+    profile.write_text(yaml.safe_dump({"sweep": {**sweep, "profile": "paper", "max_cost_usd": 300}}))
+    assert uncapped_sweep(budget_from_mapping(block)) is None and uncapped_sweep(budget) is None
 
 
 def test_prices_age_from_their_read_date(monkeypatch):

@@ -91,7 +91,7 @@ def _sweep_with(tmp_path: Path, **changes) -> Path:
 @pytest.mark.parametrize(
     "change, message",
     [
-        ({"adv_p_generator": "<drop>"}, ("no sweep.adv_p_generator",)),
+        ({"adv_p_generator": "<drop>"}, ("sweep.adv_p_generator: field required",)),
         ({"adv_p_generator": "gpt5_typo"}, ("adv_p generator: no model file", "conf/model/gpt5_typo.yaml")),
     ],
 )

@@ -184,7 +184,7 @@ def test_limit_option_reads_null_as_no_limit():
 
     from src.core.values import optional_int
 
-    assert optional_int("null") is None and optional_int("None") is None and optional_int("") is None
+    assert optional_int("null") is None and optional_int("") is None
     assert optional_int("7") == 7
     with pytest.raises(ValueError):
         optional_int("-1")

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import yaml
 
-from src.core.params import PARAMS_FILE, load_params
+from src.core.settings import PARAMS_FILE, load_params
 from src.data.schema import write_records
 from src.finetune.align import EncodedSentence
 from src.finetune.hf_trainer import make_compute_metrics
@@ -231,7 +231,7 @@ def test_tiny_training_run_lowers_the_loss_and_writes_a_loadable_checkpoint(tmp_
 
     # the O weight kept is the grid point with the best validation LCS F1 (ties: the smaller weight)
     by_bias = summary["val_lcs_f1_by_outside_bias"]
-    grid = load_params()["finetune"]["outside_bias_grid"]
+    grid = load_params().finetune["outside_bias_grid"]
     assert sorted(by_bias) == sorted(f"{b:g}" for b in grid)
     best = max(by_bias.values())
     assert by_bias[f"{summary['outside_bias']:g}"] == best

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from src.core.params import PARAMS_FILE
+from src.core.settings import PARAMS_FILE
 from src.data.schema import Record, Span, check_spans
 from src.finetune.train_config import TrainConfig, make_config
 

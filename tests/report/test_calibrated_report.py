@@ -12,8 +12,9 @@ from src.report.results import DatasetStats
 from src.report.static_page import instance_f1 as page_f1
 from src.scoring.calibrated import compare_documents, instance_f1
 from src.scoring.clustered import resampling_units
+from tests.helpers.analysis_settings import PAIRWISE, STUDY
 
-SETTINGS = AnalysisSettings(resamples=200, seed=0, alpha=0.05, correction="holm")
+SETTINGS = AnalysisSettings(resamples=200, seed=0, alpha=0.05, correction="holm", unit="document", **STUDY)
 
 
 def dataset(stats: dict[str, np.ndarray], ids: dict[str, list[str]], name: str = "base") -> DatasetStats:
@@ -37,7 +38,7 @@ def drawn(ids: list[str], skill: float, seed: int) -> np.ndarray:
 def test_too_few_documents_give_no_verdict_however_large_the_difference(documents):
     ids = sentences(documents, 4)
     data = dataset({"a": drawn(ids, 0.9, 1), "b": drawn(ids, 0.2, 2)}, {"a": ids, "b": ids})
-    test = comparisons.pairwise_tests({"timex/base": data}, resamples=200, seed=0)["timex/base"]
+    test = comparisons.pairwise_tests({"timex/base": data}, resamples=200, seed=0, **PAIRWISE)["timex/base"]
     assert test.documents[0, 1] == documents and test.minimum_documents == 6
     assert np.isnan(test.p_two_sided[0, 1]) and np.isnan(test.mdd_pairs[0, 1])
     outcomes = comparisons.outcome_tables({"timex/base": test}, 0.05, "holm")
@@ -52,7 +53,7 @@ def test_sentences_without_gold_never_make_two_systems_equivalent(spurious):
     silent = np.zeros((20, 3))
     noisy = np.column_stack([np.zeros(20), np.full(20, float(spurious)), np.zeros(20)])
     data = dataset({"a": silent, "b": noisy}, {"a": ids, "b": ids})
-    test = comparisons.pairwise_tests({"timex/base": data}, resamples=200, seed=0)["timex/base"]
+    test = comparisons.pairwise_tests({"timex/base": data}, resamples=200, seed=0, **PAIRWISE)["timex/base"]
     assert test.documents[0, 1] == 0 and np.isnan(test.p_equivalent[0, 1])
     outcomes = comparisons.outcome_tables({"timex/base": test}, 0.05, "holm")
     assert (
@@ -89,7 +90,9 @@ def test_the_report_and_python_m_src_compare_give_the_same_test():
     """Issue 47: the CLI resampled instances, the report documents; both now run one calibrated test."""
     ids = sentences(9, 3)  # 2 ** 9 swaps: exact, so no seed can make them differ
     a, b = drawn(ids, 0.6, 7), drawn(ids, 0.4, 8)
-    test = comparisons.pairwise_tests({"timex/base": dataset({"a": a, "b": b}, {"a": ids, "b": ids})}, 200, 0)
+    test = comparisons.pairwise_tests(
+        {"timex/base": dataset({"a": a, "b": b}, {"a": ids, "b": ids})}, 200, 0, **PAIRWISE
+    )
     units = resampling_units(np.stack([a, b]), ids, "document")
     cli = compare_documents(units[0], units[1])
     assert test["timex/base"].p_two_sided[0, 1] == pytest.approx(cli.p_value)

@@ -20,6 +20,7 @@ from src.report.analysis import run_analysis
 from src.report.results import build_results
 from src.report.summary import analysis_summary
 from src.study import DATASETS, STRATEGY_ORDER, TASK_ORDER
+from tests.helpers.analysis_settings import STUDY
 
 #: A number the prose could not state: pandas/numpy's ``nan``/``inf`` or :func:`src.report.tables.fmt`'s dash.
 UNDEFINED = re.compile(r"\bnan\b|\binf\b|–", re.IGNORECASE)
@@ -156,7 +157,9 @@ def check_study(study, correction: str, tmp_table) -> list[str]:
     """Analyse, write the prose and the summary with every warning an error; return the prose."""
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        analysis = run_analysis(build_results(*study, "sqlite:///x.db", "tempgen", "1"), 20, 0, 0.05, correction)
+        analysis = run_analysis(
+            build_results(*study, "sqlite:///x.db", "tempgen", "1"), 20, 0, 0.05, correction, **STUDY
+        )
         lines = prose_lines(analysis, tmp_table)
         analysis_summary(analysis)
     stated = [line for line in lines if not line.startswith("|")]  # markdown tables show missing cells as a dash

@@ -15,6 +15,7 @@ from src.report.analysis import run_analysis
 from src.report.prose import run_link
 from src.report.results import build_results as build_study
 from src.report.summary import analysis_summary
+from tests.helpers.analysis_settings import STUDY
 from tests.helpers.mlflow_study import EXPERIMENT
 
 FIGURES = [
@@ -219,7 +220,7 @@ def single_model_study(strategies=("I", "D", "A", "D+I", "A+I", "A+D", "A+D+I"))
 
 
 def test_one_model_only_says_which_sections_need_more_models(tmp_path):
-    analysis = run_analysis(single_model_study(), resamples=100, seed=0, alpha=0.05, correction="holm")
+    analysis = run_analysis(single_model_study(), resamples=100, seed=0, alpha=0.05, correction="holm", **STUDY)
     written = write_outputs(analysis, tmp_path)
     report = written["report"].read_text()
     assert "needs more models: no family has both a dense and a MoE model (families: smollm: dense)" in report
@@ -231,7 +232,7 @@ def test_one_model_only_says_which_sections_need_more_models(tmp_path):
 
 
 def test_a_single_configuration_still_gives_a_report(tmp_path):
-    analysis = run_analysis(single_model_study(("I",)), resamples=50, seed=0, alpha=0.05, correction="holm")
+    analysis = run_analysis(single_model_study(("I",)), resamples=50, seed=0, alpha=0.05, correction="holm", **STUDY)
     report = write_outputs(analysis, tmp_path)["report"].read_text()
     assert not analysis.tests
     assert "only 1 configuration(s); a rank correlation needs at least 3" in report
@@ -299,7 +300,7 @@ def pairs_study():
 
 
 def test_each_pair_uses_the_instances_both_were_scored_on_and_the_report_says_so(tmp_path):
-    analysis = run_analysis(pairs_study(), resamples=200, seed=0, alpha=0.05, correction="holm")
+    analysis = run_analysis(pairs_study(), resamples=200, seed=0, alpha=0.05, correction="holm", **STUDY)
     written = write_outputs(analysis, tmp_path / "first")
     summary = json.loads(written["summary"].read_text())
     for key in ("timex/base", "timex/t2c"):
@@ -330,7 +331,7 @@ def test_each_pair_uses_the_instances_both_were_scored_on_and_the_report_says_so
     assert comparisons[comparisons["family"] == "fine-tuned"]["instances"].tolist() == [400, 400]
     # the same inputs give byte-identical analysis.json and tables
     again = write_outputs(
-        run_analysis(pairs_study(), resamples=200, seed=0, alpha=0.05, correction="holm"), tmp_path / "second"
+        run_analysis(pairs_study(), resamples=200, seed=0, alpha=0.05, correction="holm", **STUDY), tmp_path / "second"
     )
     assert again["summary"].read_bytes() == written["summary"].read_bytes()
     assert again["report"].read_bytes() == written["report"].read_bytes()
@@ -429,7 +430,7 @@ def test_cells_above_warn_rate_are_flagged_with_a_legend(tmp_path):
     scores.loc[(scores["config"] == "solo-I") & (scores["task"] == "comp"), "served_model_mismatch_rate"] = 0.05
     scores["refusal_rate"] = 0.0
     scores.loc[(scores["config"] == "solo-A") & (scores["task"] == "eventx"), "refusal_rate"] = 0.1
-    written = write_outputs(run_analysis(study, resamples=50, seed=0, alpha=0.05, correction="holm"), tmp_path)
+    written = write_outputs(run_analysis(study, resamples=50, seed=0, alpha=0.05, correction="holm", **STUDY), tmp_path)
     report = written["report"].read_text()
     assert (
         "⚠ marks the 2 cell(s) where parse failures, truncated answers, empty answers, refusals, served-model "
@@ -449,7 +450,7 @@ def test_cells_above_warn_rate_are_flagged_with_a_legend(tmp_path):
 def test_nothing_empty_is_drawn_and_empty_rows_are_counted(tmp_path):
     from src.report.tables import compact_table
 
-    analysis = run_analysis(single_model_study(("I",)), resamples=50, seed=0, alpha=0.05, correction="holm")
+    analysis = run_analysis(single_model_study(("I",)), resamples=50, seed=0, alpha=0.05, correction="holm", **STUDY)
     written = write_outputs(analysis, tmp_path)
     report = written["report"].read_text()
     assert not list((tmp_path / "figures").glob("rq2_spearman*"))  # no blank correlation image

@@ -9,6 +9,7 @@ import pytest
 
 from src.report.results import DatasetStats
 from src.report.robustness import instance_f1, robustness_metrics, robustness_table
+from tests.helpers.analysis_settings import ROBUSTNESS
 
 
 def _set(dataset: str, ids: list[str], stats: dict[str, np.ndarray]) -> DatasetStats:
@@ -59,7 +60,7 @@ def direct(base: np.ndarray, shifted: list[np.ndarray], threshold: float) -> dic
 
 def test_metrics_match_a_direct_computation():
     ids, base, adv, voc, datasets = study()
-    table = robustness_table(datasets, resamples=200, seed=0, threshold=0.3)
+    table = robustness_table(datasets, resamples=200, seed=0, threshold=0.3, alpha=ROBUSTNESS["alpha"])
     assert set(zip(table["shift"], table["configuration"])) == {
         (s, c) for s in ("adv", "voc", "all") for c in ("A", "B")
     }
@@ -75,7 +76,9 @@ def test_metrics_match_a_direct_computation():
 
 def test_flip_rate_interval_agrees_with_a_brute_force_document_bootstrap():
     ids, base, adv, _, datasets = study(seed=4, documents=40)
-    table = robustness_table({k: datasets[k] for k in ("timex/base", "timex/adv")}, 4000, seed=1, threshold=0.3)
+    table = robustness_table(
+        {k: datasets[k] for k in ("timex/base", "timex/adv")}, 4000, seed=1, threshold=0.3, alpha=ROBUSTNESS["alpha"]
+    )
     row = table[table["configuration"] == "A"].iloc[0]
     f1_base, f1_adv = instance_f1(base["A"]), instance_f1(adv["A"])
     flips = (f1_base - f1_adv) > 0.3
@@ -94,9 +97,9 @@ def test_flip_rate_interval_agrees_with_a_brute_force_document_bootstrap():
 def test_sets_without_shared_ids_give_no_rows_and_metric_names_are_mlflow_safe():
     _, base, _, _, datasets = study()
     other = _set("adv", [f"x{n}" for n in range(len(base["A"]))], {"A+D+I": base["A"]})
-    table = robustness_table({"timex/base": datasets["timex/base"], "timex/adv": other}, 100, 0)
+    table = robustness_table({"timex/base": datasets["timex/base"], "timex/adv": other}, 100, 0, **ROBUSTNESS)
     assert table.empty
-    table = robustness_table({k: datasets[k] for k in ("timex/base", "timex/adv")}, 100, 0)
+    table = robustness_table({k: datasets[k] for k in ("timex/base", "timex/adv")}, 100, 0, **ROBUSTNESS)
     names = robustness_metrics(table.assign(configuration="m-A+D+I"))
     assert names and all("+" not in name for name in names)
     assert "robustness.timex.adv.m-A_D_I.flip_rate" in names

@@ -10,6 +10,7 @@ from src.report import comparisons, rq
 from src.report.analysis import load_dimensions, strategy_groups
 from src.report.results import DatasetStats
 from src.scoring.stats import all_pairs_bootstrap, paired_bootstrap, resample_counts
+from tests.helpers.analysis_settings import PAIRWISE
 
 N = 200
 
@@ -60,7 +61,7 @@ def test_a_configuration_that_dominates_everywhere_has_probability_one_of_better
         key: stacked(configs, [constant_stats(2.0), noisy_stats(1.0, seed), noisy_stats(0.5, seed + 1)])
         for seed, key in enumerate(["timex/base", "timex/adv", "timex/t2c"])
     }
-    tests = comparisons.pairwise_tests(data, resamples=400, seed=1)
+    tests = comparisons.pairwise_tests(data, resamples=400, seed=1, **PAIRWISE)
     outcomes = comparisons.outcome_tables(tests, alpha=0.05, correction="holm")
     links = rq.reference_links(list(tests))
     assert links == [("timex/base", "timex/adv"), ("timex/base", "timex/t2c")]
@@ -79,7 +80,7 @@ def test_a_configuration_that_dominates_everywhere_has_probability_one_of_better
 def test_identical_configurations_are_equivalent_and_start_no_rq1_pair():
     same = noisy_stats(1.0, seed=3)
     data = {key: stacked(["a", "b"], [same, same]) for key in ("eventx/base", "eventx/len")}
-    tests = comparisons.pairwise_tests(data, resamples=300, seed=0)
+    tests = comparisons.pairwise_tests(data, resamples=300, seed=0, **PAIRWISE)
     assert tests["eventx/base"].p_value[0, 1] == 0.5
     assert tests["eventx/base"].p_equivalent[0, 1] == 0.0  # every resampled delta is 0: inside any margin
     outcomes = comparisons.outcome_tables(tests, alpha=0.05, correction="bh")
@@ -91,12 +92,13 @@ def test_identical_configurations_are_equivalent_and_start_no_rq1_pair():
 
 def test_pairwise_tests_are_seeded_and_report_observed_f1():
     data = {"timex/base": stacked(["a", "b"], [noisy_stats(1.2, 0), noisy_stats(1.0, 1)])}
-    first = comparisons.pairwise_tests(data, resamples=200, seed=5)["timex/base"]
-    again = comparisons.pairwise_tests(data, resamples=200, seed=5)["timex/base"]
+    first = comparisons.pairwise_tests(data, resamples=200, seed=5, **PAIRWISE)["timex/base"]
+    again = comparisons.pairwise_tests(data, resamples=200, seed=5, **PAIRWISE)["timex/base"]
     np.testing.assert_array_equal(first.p_value, again.p_value)
     close = {"timex/base": stacked(["a", "b"], [noisy_stats(1.0, 0), noisy_stats(1.0, 1)])}
     p_values = {
-        seed: comparisons.pairwise_tests(close, resamples=200, seed=seed)["timex/base"].p_value[0, 1] for seed in (5, 6)
+        seed: comparisons.pairwise_tests(close, resamples=200, seed=seed, **PAIRWISE)["timex/base"].p_value[0, 1]
+        for seed in (5, 6)
     }
     assert p_values[5] != p_values[6]
     stats = data["timex/base"].stacked(["a", "b"], [f"i{k}" for k in range(N)])
@@ -118,7 +120,7 @@ def test_pairs_are_compared_on_the_instances_both_share():
         (400, [0, 1], [(0, 1)]),
         (5, [0, 1, 2], [(0, 2), (1, 2)]),
     ]
-    test = comparisons.pairwise_tests({"timex/base": data}, resamples=300, seed=4)["timex/base"]
+    test = comparisons.pairwise_tests({"timex/base": data}, resamples=300, seed=4, **PAIRWISE)["timex/base"]
     assert test.instances.tolist() == [[400, 400, 5], [400, 400, 5], [5, 5, 5]]
     assert test.instance_counts() == [(400, 1), (5, 2)]
     # each set is one vectorised test on its own seeded resamples, equal to testing one pair at a time
@@ -139,7 +141,7 @@ def test_pairs_that_share_no_instance_are_untested_and_outside_the_family():
         [constant_stats(2.0, 20), constant_stats(0.0, 20), constant_stats(1.0, 4)],
         [[f"i{k}" for k in range(20)]] * 2 + [["other0", "other1", "other2", "other3"]],
     )
-    tests = comparisons.pairwise_tests({"timex/base": data}, resamples=200, seed=0)
+    tests = comparisons.pairwise_tests({"timex/base": data}, resamples=200, seed=0, **PAIRWISE)
     test = tests["timex/base"]
     assert test.pairs == 1 and test.instance_counts() == [(20, 1), (0, 2)]
     assert np.isnan(test.p_value[0, 2]) and np.isnan(test.p_value[2, 1])
@@ -198,7 +200,7 @@ def test_one_document_gives_no_verdict_and_no_mdd():
     """Issue 47: ten sentences of one document, F1 0.61 vs 0.60, were *better* with p 0 and MDD 0."""
     ids = [f"wsj_0001#s{k}" for k in range(10)]
     data = stacked(["a", "b"], [constant_stats(1.22, 10), constant_stats(1.2, 10)], [ids, ids])
-    test = comparisons.pairwise_tests({"timex/base": data}, resamples=200, seed=0)["timex/base"]
+    test = comparisons.pairwise_tests({"timex/base": data}, resamples=200, seed=0, **PAIRWISE)["timex/base"]
     assert test.documents[0, 1] == 1 and np.isnan(test.p_two_sided[0, 1]) and np.isnan(test.mdd())
     table = comparisons.outcome_tables({"timex/base": test}, 0.05, "holm")
     assert table["none"]["timex/base"].loc["a", "b"] == table["holm"]["timex/base"].loc["a", "b"] == "inconclusive"
@@ -406,8 +408,12 @@ def test_groups_split_prompted_configurations_by_inductive_strategies():
 
 def test_close_noisy_pairs_are_inconclusive_not_equal_and_a_wide_margin_shows_equivalence():
     data = {"timex/base": stacked(["a", "b"], [noisy_stats(1.0, 0, 40), noisy_stats(1.0, 1, 40)])}
-    narrow = comparisons.comparison_family("p", data, ["a", "b"], 500, 0, 0.05, "holm", margin=0.01)
-    wide = comparisons.comparison_family("p", data, ["a", "b"], 500, 0, 0.05, "holm", margin=0.5)
+    narrow = comparisons.comparison_family(
+        "p", data, ["a", "b"], 500, 0, 0.05, "holm", margin=0.01, power=PAIRWISE["power"]
+    )
+    wide = comparisons.comparison_family(
+        "p", data, ["a", "b"], 500, 0, 0.05, "holm", margin=0.5, power=PAIRWISE["power"]
+    )
     assert narrow.outcomes["holm"]["timex/base"].loc["a", "b"] == "inconclusive"
     assert wide.outcomes["holm"]["timex/base"].loc["a", "b"] == "equivalent"
     test = narrow.tests["timex/base"]
@@ -440,7 +446,7 @@ def test_documents_are_resampled_together_and_the_draw_is_shared():
     ids = [f"doc{d}#s{s}" for d in range(12) for s in range(d % 4 + 1)]
     arrays = [noisy_stats(1.2, 0, len(ids)), noisy_stats(1.0, 1, len(ids))]
     data = stacked(["a", "b"], arrays, [ids, ids])
-    test = comparisons.pairwise_tests({"timex/base": data}, resamples=300, seed=4)["timex/base"]
+    test = comparisons.pairwise_tests({"timex/base": data}, resamples=300, seed=4, **PAIRWISE)["timex/base"]
     assert test.units[0, 1] == 12 and test.instances[0, 1] == len(ids)
     order = sorted(ids)
     sums = np.zeros((2, 12, 3))
@@ -450,5 +456,5 @@ def test_documents_are_resampled_together_and_the_draw_is_shared():
     counts = resample_counts(12, 300, comparisons.dataset_seed(4, "timex/base", tuple(order)))
     expected = all_pairs_bootstrap(sums, counts)
     assert test.p_value[0, 1] == pytest.approx(expected.p_value[0, 1])
-    instance_level = comparisons.pairwise_tests({"timex/base": data}, 300, 4, unit="instance")["timex/base"]
+    instance_level = comparisons.pairwise_tests({"timex/base": data}, 300, 4, unit="instance", **PAIRWISE)["timex/base"]
     assert instance_level.units[0, 1] == len(ids)
