@@ -86,11 +86,11 @@ def budget_from_mapping(block: dict[str, Any]) -> Budget:
     if not path:
         raise ConfigError(f"budget.ledger_file: expected a file name, got {path!r}")
     return Budget(
-        None if cost is None else float(cost),
-        requests,
-        ledger,
-        Path(str(path)),
-        float(stale),
-        max_age,
-        sweep_file,
+        max_cost_usd=None if cost is None else float(cost),
+        max_requests=requests,
+        ledger=ledger,
+        ledger_file=Path(str(path)),
+        stale_after_s=float(stale),
+        price_max_age_days=max_age,
+        sweep_file=sweep_file,
     )

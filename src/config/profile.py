@@ -54,7 +54,7 @@ def with_profile(arguments: Sequence[str]) -> list[str]:
     """``arguments`` with the overrides of the profile its ``budget.sweep_file=FILE`` names put
     first (the command's own overrides win); unchanged without one."""
     files = [a.split("=", 1)[1] for a in arguments if _key(a) == SWEEP_FILE_KEY and "=" in a]
-    if not files or not files[-1] or files[-1] in ("null", "None"):
+    if not files or files[-1] in ("", "null"):
         return list(arguments)
     given = {_key(a) for a in arguments if "=" in a}
     chosen = [o for o in profile_overrides(load_sweep(files[-1]), files[-1]) if _key(o) not in given]
